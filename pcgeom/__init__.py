@@ -1,0 +1,21 @@
+"""pcgeom: exact, fast KNN and farthest point sampling for point clouds in PyTorch.
+
+The ops (``knn``, ``ball_query``, ``knn_gather``, ``farthest_point_sample``) are
+real torch ops: native CPU/CUDA kernels built at install time on the LibTorch
+stable ABI, or the pure-torch reference path with identical answers when the
+kernels are absent.  ``pcgeom.backend_info()`` / ``pcgeom doctor`` say which.
+"""
+
+from pcgeom._backend import backend_info
+from pcgeom.ops import KNNResult, ball_query, farthest_point_sample, knn, knn_gather
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "KNNResult",
+    "backend_info",
+    "ball_query",
+    "farthest_point_sample",
+    "knn",
+    "knn_gather",
+]

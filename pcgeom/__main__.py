@@ -1,0 +1,5 @@
+import sys
+
+from pcgeom.cli import main
+
+sys.exit(main())

@@ -1,0 +1,169 @@
+"""Loads pcgeom's native kernels, or defines the same ops in pure torch.
+
+Import never compiles anything.  The native library ``pcgeom._C`` (schemas + CPU
+kernels) and ``pcgeom._C_cuda`` (CUDA kernels) were built at install time; this
+module only loads them.  Whatever they do not provide -- everything when the
+build was skipped or ``PCGEOM_DISABLE_EXT=1`` is set, CUDA on a CPU-only build,
+any other device -- is served by the pure-torch reference in
+:mod:`pcgeom.ops.reference`, registered under the same schema.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import warnings
+
+import torch
+
+from pcgeom._schema import SCHEMAS
+
+NAMESPACE = "pcgeom"
+
+_state = {
+    "extension_loaded": False,
+    "cuda_extension_loaded": False,
+    "disabled_by_env": False,
+    "load_error": None,
+    "cuda_load_error": None,
+}
+_libraries = []  # keep torch.library.Library objects alive
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _load_native(module: str) -> str | None:
+    """Loads ``pcgeom.<module>`` if it was built; returns an error string or None.
+
+    ``find_spec`` keeps an absent module quiet (a pure-Python install is normal),
+    while a module that is present but fails to load is reported.
+    """
+    spec = importlib.util.find_spec(f"pcgeom.{module}")
+    if spec is None or spec.origin is None:
+        return "not built"
+    try:
+        torch.ops.load_library(spec.origin)
+    except Exception as exc:  # wrong torch / CUDA runtime, missing libs
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _has_kernel(name: str, key: str) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(f"{NAMESPACE}::{name}", key)
+
+
+def _define_schema() -> None:
+    """Defines the ops in Python when the native library did not."""
+    lib = torch.library.Library(NAMESPACE, "DEF")
+    for schema in SCHEMAS.values():
+        lib.define(schema)
+    _libraries.append(lib)
+
+
+def _register_reference() -> None:
+    # Imported only now: importing pcgeom.ops registers fake kernels and
+    # autograd, which needs the ops to be defined already.
+    from pcgeom.ops import reference
+
+    impls = {
+        "knn": reference.knn_reference,
+        "knn_backward": reference.knn_backward_reference,
+        "ball_query": reference.ball_query_reference,
+        "knn_gather": reference.knn_gather_reference,
+        "knn_gather_backward": reference.knn_gather_backward_reference,
+        "farthest_point_sample": reference.farthest_point_sample_reference,
+    }
+    lib = torch.library.Library(NAMESPACE, "IMPL")
+    # CompositeExplicitAutograd covers every backend without a kernel of its own
+    # (CUDA on a CPU-only build, MPS, XPU, ...); native CPU/CUDA kernels win where present.
+    for name, fn in impls.items():
+        lib.impl(name, fn, "CompositeExplicitAutograd")
+    _libraries.append(lib)
+
+
+def _initialise() -> None:
+    if _env_flag("PCGEOM_DISABLE_EXT"):
+        _state["disabled_by_env"] = True
+        _state["load_error"] = "disabled by PCGEOM_DISABLE_EXT=1"
+    else:
+        err = _load_native("_C")
+        if err is None:
+            _state["extension_loaded"] = True
+        else:
+            _state["load_error"] = err
+            if err != "not built":
+                warnings.warn(
+                    f"pcgeom: the native library is present but failed to load ({err}); "
+                    "using the pure-torch path. Run `pcgeom doctor` for details.",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+        if _state["extension_loaded"]:
+            cuda_err = _load_native("_C_cuda")
+            if cuda_err is None:
+                _state["cuda_extension_loaded"] = True
+            else:
+                _state["cuda_load_error"] = cuda_err
+    if not _state["extension_loaded"]:
+        _define_schema()
+    _register_reference()
+
+
+def build_info() -> dict:
+    """What setup.py recorded about the native build (empty if unknown)."""
+    path = os.path.join(os.path.dirname(__file__), "_build_info.json")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def backend_info() -> dict:
+    """Describes which implementation serves pcgeom's ops in this process.
+
+    Returns:
+        dict with at least
+
+        * ``extension_loaded`` (bool): the native library ``pcgeom._C`` is in use;
+        * ``native_devices`` (list[str]): devices with native kernels, e.g. ``["cpu"]``
+          or ``["cpu", "cuda"]``; every other device uses the pure-torch path;
+        * ``stable_abi`` (bool): the native library was built on the LibTorch stable
+          ABI, so it keeps working across torch upgrades without a rebuild;
+        * ``torch_version`` (str), ``cuda_available`` (bool);
+        * ``load_error`` (str or None): why the native library is not in use;
+        * ``cuda_load_error`` (str or None), ``built_with_torch`` (str or None),
+          ``disabled_by_env`` (bool), ``build`` (dict recorded by setup.py).
+
+    Example:
+        >>> import pcgeom
+        >>> info = pcgeom.backend_info()
+        >>> sorted(k for k in ("extension_loaded", "native_devices") if k in info)
+        ['extension_loaded', 'native_devices']
+    """
+    devices = []
+    if _state["extension_loaded"]:
+        if _has_kernel("knn", "CPU"):
+            devices.append("cpu")
+        if _has_kernel("knn", "CUDA"):
+            devices.append("cuda")
+    build = build_info()
+    return {
+        "extension_loaded": _state["extension_loaded"],
+        "native_devices": devices,
+        "stable_abi": bool(_state["extension_loaded"] and build.get("stable_abi", True)),
+        "torch_version": torch.__version__,
+        "cuda_available": torch.cuda.is_available(),
+        "load_error": _state["load_error"],
+        "cuda_extension_loaded": _state["cuda_extension_loaded"],
+        "cuda_load_error": _state["cuda_load_error"],
+        "disabled_by_env": _state["disabled_by_env"],
+        "built_with_torch": build.get("built_with_torch"),
+        "build": build,
+    }
+
+
+_initialise()

@@ -1,0 +1,113 @@
+"""Argument checks shared by every public pcgeom function.
+
+Every message names the function, the argument, what was expected and what was
+given, e.g. ``knn: points must have shape (B, N, D) with the B and D of query
+(2, *, 3), got (2, 100, 4)``.  Value checks that need the data (lengths within
+range, ...) run in eager mode only: under ``torch.compile`` they would force a
+graph break, and the kernels re-check them anyway.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+
+def _shape(t) -> str:
+    return "(" + ", ".join(str(int(s)) for s in t.shape) + ")"
+
+
+def compiling() -> bool:
+    return torch.compiler.is_compiling()
+
+
+def check_tensor(fn: str, name: str, t, ndim: int, layout: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{fn}: {name} must be a torch.Tensor of shape {layout}, got {type(t).__name__}")
+    if t.dim() != ndim:
+        raise ValueError(f"{fn}: {name} must have shape {layout}, got {_shape(t)}")
+
+
+def check_points(fn: str, name: str, t, layout: str = "(B, N, D)") -> None:
+    """A floating ``(B, N, D)`` tensor with D >= 1."""
+    check_tensor(fn, name, t, 3, layout)
+    if t.dtype not in FLOAT_DTYPES:
+        raise TypeError(
+            f"{fn}: {name} must be float16, bfloat16, float32 or float64, got {t.dtype}"
+        )
+    if t.shape[2] < 1:
+        raise ValueError(f"{fn}: {name} must have at least one coordinate (D >= 1), got shape {_shape(t)}")
+
+
+def check_pair(fn: str, qname: str, q: torch.Tensor, pname: str, p: torch.Tensor) -> None:
+    """Same batch size, dimension, dtype and device."""
+    if p.shape[0] != q.shape[0] or p.shape[2] != q.shape[2]:
+        raise ValueError(
+            f"{fn}: {pname} must have shape (B, N, D) with the B and D of {qname} "
+            f"({q.shape[0]}, *, {q.shape[2]}), got {_shape(p)}"
+        )
+    if p.dtype != q.dtype:
+        raise TypeError(f"{fn}: {qname} and {pname} must have the same dtype, got {q.dtype} and {p.dtype}")
+    if p.device != q.device:
+        raise ValueError(f"{fn}: {qname} and {pname} must be on the same device, got {q.device} and {p.device}")
+
+
+def check_int(fn: str, name: str, v, minimum: int | None = None) -> int:
+    """A Python integer (not bool) >= minimum; SymInts pass under torch.compile."""
+    if isinstance(v, bool) or not isinstance(v, (numbers.Integral, torch.SymInt)):
+        raise TypeError(f"{fn}: {name} must be an int, got {type(v).__name__} {v!r}")
+    if isinstance(v, torch.SymInt):
+        return v
+    v = int(v)
+    if minimum is not None and v < minimum:
+        raise ValueError(f"{fn}: {name} must be >= {minimum}, got {v}")
+    return v
+
+
+def check_float(fn: str, name: str, v, minimum: float | None = None) -> float:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{fn}: {name} must be a float, got {type(v).__name__} {v!r}")
+    v = float(v)
+    if v != v:
+        raise ValueError(f"{fn}: {name} must not be NaN")
+    if minimum is not None and v < minimum:
+        raise ValueError(f"{fn}: {name} must be >= {minimum}, got {v}")
+    return v
+
+
+def lengths_arg(fn: str, name: str, lengths, B: int, max_len: int, device) -> torch.Tensor:
+    """Normalises optional per-cloud lengths to an int64 ``(B,)`` tensor on ``device``.
+
+    ``None`` means "all ``max_len`` entries are valid".  Values must lie in
+    ``[0, max_len]``.
+    """
+    if lengths is None:
+        return torch.full((B,), max_len, dtype=torch.int64, device=device)
+    if not isinstance(lengths, torch.Tensor):
+        try:
+            lengths = torch.as_tensor(lengths)
+        except Exception as exc:
+            raise TypeError(f"{fn}: {name} must be an integer tensor of shape ({B},), got {type(lengths).__name__}") from exc
+    if lengths.dtype not in _INT_DTYPES:
+        raise TypeError(f"{fn}: {name} must be an integer tensor of shape ({B},), got dtype {lengths.dtype}")
+    if lengths.dim() != 1 or lengths.shape[0] != B:
+        raise ValueError(f"{fn}: {name} must have shape ({B},), got {_shape(lengths)}")
+    lengths = lengths.to(device=device, dtype=torch.int64)
+    if not compiling() and B > 0:
+        lo, hi = int(lengths.min()), int(lengths.max())
+        if lo < 0 or hi > max_len:
+            bad = int(lengths.argmin()) if lo < 0 else int(lengths.argmax())
+            raise ValueError(
+                f"{fn}: {name} values must be in [0, {max_len}], got {name}[{bad}]={int(lengths[bad])}"
+            )
+    return lengths
+
+
+def check_index_tensor(fn: str, name: str, idx, ndim: int, layout: str) -> None:
+    check_tensor(fn, name, idx, ndim, layout)
+    if idx.dtype != torch.int64:
+        raise TypeError(f"{fn}: {name} must be int64, got {idx.dtype}")

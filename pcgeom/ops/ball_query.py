@@ -1,0 +1,55 @@
+"""``pcgeom.ball_query``: the up-to-k nearest neighbours within a radius."""
+
+from __future__ import annotations
+
+import torch
+
+from pcgeom import _validation as V
+from pcgeom.ops.knn import KNNResult
+
+
+def ball_query(query, points, radius, k, *, query_lengths=None, points_lengths=None) -> KNNResult:
+    """Up to ``k`` nearest neighbours with ``dist2 <= radius**2``.
+
+    Same contract as :func:`pcgeom.knn` -- ascending squared distances, ties to
+    the lower index, 0-based int64 indices -- restricted to points within
+    ``radius`` (inclusive; ``radius**2`` is formed in double precision and
+    rounded once to the accumulation dtype).  Slots with no point inside the
+    ball are ``idx = -1``, ``dist2 = +inf``; unlike pointnet2's ball query there
+    is no padding with the first hit.
+
+    Args:
+        query: ``(B, M, D)`` floating tensor.
+        points: ``(B, N, D)`` tensor of the same dtype and device.
+        radius: float >= 0.
+        k: int >= 1, the maximum number of neighbours returned.
+        query_lengths, points_lengths: optional int ``(B,)`` ragged lengths.
+
+    Returns:
+        ``KNNResult(dist2 (B, M, k), idx (B, M, k) int64)``; differentiable
+        w.r.t. ``query`` and ``points`` through ``dist2``.
+
+    Example:
+        >>> import torch, pcgeom
+        >>> pts = torch.tensor([[[0.0, 0, 0], [1, 0, 0], [0, 2, 0]]])
+        >>> pcgeom.ball_query(pts[:, :1], pts, radius=1.5, k=3).idx.tolist()
+        [[[0, 1, -1]]]
+    """
+    fn = "ball_query"
+    V.check_points(fn, "query", query, "(B, M, D)")
+    V.check_points(fn, "points", points, "(B, N, D)")
+    V.check_pair(fn, "query", query, "points", points)
+    radius = V.check_float(fn, "radius", radius, minimum=0.0)
+    k = V.check_int(fn, "k", k, minimum=1)
+    B, M, _ = query.shape
+    N = points.shape[1]
+    ql = V.lengths_arg(fn, "query_lengths", query_lengths, B, M, query.device)
+    pl = V.lengths_arg(fn, "points_lengths", points_lengths, B, N, query.device)
+    dist2, idx = torch.ops.pcgeom.ball_query(query, points, radius, k, ql, pl)
+    return KNNResult(dist2, idx)
+
+
+@torch.library.register_fake("pcgeom::ball_query")
+def _ball_query_fake(query, points, radius, k, query_lengths, points_lengths):
+    B, M, _ = query.shape
+    return query.new_empty((B, M, k)), query.new_empty((B, M, k), dtype=torch.int64)

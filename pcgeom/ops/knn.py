@@ -1,0 +1,101 @@
+"""``pcgeom.knn``: exact k-nearest neighbours over batched, ragged point sets."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+import pcgeom._backend  # noqa: F401  (defines torch.ops.pcgeom.*)
+from pcgeom import _validation as V
+
+
+class KNNResult(NamedTuple):
+    """Result of :func:`pcgeom.knn` and :func:`pcgeom.ball_query`."""
+
+    dist2: torch.Tensor
+    idx: torch.Tensor
+
+
+def knn(query, points, k, *, query_lengths=None, points_lengths=None) -> KNNResult:
+    """K nearest neighbours of each query point among ``points``, exactly.
+
+    Args:
+        query: ``(B, M, D)`` float16/bfloat16/float32/float64 tensor, any D >= 1.
+        points: ``(B, N, D)`` tensor of the same dtype and device.
+        k: number of neighbours, an int >= 1.  ``k > N`` is allowed (padded).
+        query_lengths: optional int ``(B,)``; rows ``m >= query_lengths[b]`` are padding.
+        points_lengths: optional int ``(B,)``; only ``points[b, :points_lengths[b]]``
+            are searched.
+
+    Returns:
+        ``KNNResult(dist2, idx)``:
+
+        * ``dist2 (B, M, k)``: **squared** Euclidean distances, ascending, in the
+          dtype of the input.  They are computed as ``sum_d (q_d - p_d)**2``
+          (never the ``|a|^2+|b|^2-2ab`` expansion), accumulated in float32
+          (float64 for float64 input), so a point's distance to itself is exactly 0.
+        * ``idx (B, M, k)`` int64, 0-based indices into ``points[b]``.
+
+        **Ties go to the lower index.**  NaN distances (NaN coordinates) rank
+        after ``+inf`` ones and never produce an index outside ``[-1, N)``.
+        Slots beyond the available points (``k > points_lengths[b]``) and rows
+        beyond ``query_lengths[b]`` hold ``idx = -1``, ``dist2 = +inf``.
+
+    Differentiable with respect to ``query`` and ``points`` through ``dist2``;
+    padded slots get zero gradient.  Memory is bounded: no ``M x N`` distance
+    matrix is ever allocated.
+
+    Example:
+        >>> import torch, pcgeom
+        >>> pts = torch.tensor([[[0.0, 0, 0], [1, 0, 0], [0, 2, 0]]])
+        >>> d, i = pcgeom.knn(pts, pts, k=2)
+        >>> i[0].tolist()
+        [[0, 1], [1, 0], [2, 0]]
+        >>> d[0, :, 1].tolist()
+        [1.0, 1.0, 4.0]
+    """
+    fn = "knn"
+    V.check_points(fn, "query", query, "(B, M, D)")
+    V.check_points(fn, "points", points, "(B, N, D)")
+    V.check_pair(fn, "query", query, "points", points)
+    k = V.check_int(fn, "k", k, minimum=1)
+    B, M, _ = query.shape
+    N = points.shape[1]
+    ql = V.lengths_arg(fn, "query_lengths", query_lengths, B, M, query.device)
+    pl = V.lengths_arg(fn, "points_lengths", points_lengths, B, N, query.device)
+    dist2, idx = torch.ops.pcgeom.knn(query, points, k, ql, pl)
+    return KNNResult(dist2, idx)
+
+
+@torch.library.register_fake("pcgeom::knn")
+def _knn_fake(query, points, k, query_lengths, points_lengths):
+    B, M, _ = query.shape
+    return query.new_empty((B, M, k)), query.new_empty((B, M, k), dtype=torch.int64)
+
+
+@torch.library.register_fake("pcgeom::knn_backward")
+def _knn_backward_fake(grad_dist2, query, points, idx):
+    return torch.empty_like(query), torch.empty_like(points)
+
+
+def _knn_setup_context(ctx, inputs, output):
+    query, points = inputs[0], inputs[1]
+    ctx.save_for_backward(query, points, output[1])
+
+
+def _knn_backward(ctx, grad_dist2, grad_idx):
+    query, points, idx = ctx.saved_tensors
+    n_extra = len(ctx.needs_input_grad) - 2
+    if grad_dist2 is None:
+        return (None, None) + (None,) * n_extra
+    gq, gp = torch.ops.pcgeom.knn_backward(grad_dist2.contiguous(), query, points, idx)
+    return (
+        gq if ctx.needs_input_grad[0] else None,
+        gp if ctx.needs_input_grad[1] else None,
+    ) + (None,) * n_extra
+
+
+# ball_query shares the backward: its dist2 has the same definition.
+torch.library.register_autograd("pcgeom::knn", _knn_backward, setup_context=_knn_setup_context)
+torch.library.register_autograd("pcgeom::ball_query", _knn_backward, setup_context=_knn_setup_context)

@@ -1,0 +1,215 @@
+"""Pure-torch implementations of every pcgeom op: the fallback and the test oracle.
+
+This module *is* the semantic specification.  The native kernels must return
+exactly what these functions return (same indices, same distances bit for bit):
+
+* squared distances are ``sum_d (q_d - p_d)**2`` accumulated in coordinate order,
+  in float32 for float16/bfloat16/float32 inputs and float64 for float64 inputs;
+* neighbours are sorted by distance ascending, NaN after ``+inf``, ties to the
+  lower index;
+* missing neighbours are ``idx = -1`` with ``dist2 = +inf``;
+* FPS follows the rules in :func:`farthest_point_sample_reference`.
+
+Memory is bounded: no intermediate is larger than :data:`BUDGET_BYTES` (plus
+the outputs themselves), whatever B, M and N are.
+"""
+
+from __future__ import annotations
+
+import torch
+
+BUDGET_BYTES = 256 * 2**20
+_KEY_SENTINEL = torch.iinfo(torch.int64).max
+
+
+def acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Accumulation dtype of the distance math for an input dtype."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def sq_dist(q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """Squared distances ``(m, n)`` between rows of ``q (m, D)`` and ``p (n, D)``.
+
+    Inputs must already be in the accumulation dtype.  The sum runs over
+    coordinates in order, exactly like the kernels, so results are bit-identical.
+    """
+    out = None
+    for d in range(q.shape[-1]):
+        diff = q[:, d, None] - p[None, :, d]
+        sq = diff * diff
+        out = sq if out is None else out.add_(sq)
+    return out
+
+
+def _row_chunk(n: int, bytes_per_elem: int) -> int:
+    return max(1, BUDGET_BYTES // max(1, n * bytes_per_elem))
+
+
+def _topk_exact(d: torch.Tensor, valid: torch.Tensor | None, k: int):
+    """The k smallest ``(d, index)`` keys of each row of ``d (c, n)``.
+
+    Returns ``(index (c, k), ok (c, k))``; ``ok`` is False where a row had fewer
+    than k valid entries.  Exact tie handling: ties go to the lower index, NaN
+    sorts after +inf.
+    """
+    c, n = d.shape
+    if d.dtype == torch.float32 and n < 2**31:
+        # Non-negative float32 values order like their int32 bit patterns, so
+        # (bits << 32 | index) is a unique int64 key whose order is exactly
+        # (distance, index).  NaNs are made positive so they sort last.
+        d = torch.where(torch.isnan(d), torch.full_like(d, float("nan")), d)
+        key = (d.view(torch.int32).to(torch.int64) << 32) | torch.arange(n, device=d.device)
+        if valid is not None:
+            key = key.masked_fill(~valid, _KEY_SENTINEL)
+        key = torch.topk(key, k, dim=1, largest=False, sorted=True).values
+        ok = key != _KEY_SENTINEL
+        return (key & 0xFFFFFFFF).masked_fill(~ok, 0), ok
+    # float64: two stable sorts give the same lexicographic order.
+    order = torch.sort(d, dim=1, stable=True).indices
+    if valid is not None:
+        inval = (~valid).gather(1, order).to(torch.uint8)
+        order = order.gather(1, torch.sort(inval, dim=1, stable=True).indices)
+        ok = valid.gather(1, order[:, :k])
+    else:
+        ok = torch.ones((c, k), dtype=torch.bool, device=d.device)
+    return order[:, :k], ok
+
+
+def _knn_search(query, points, k, query_lengths, points_lengths, radius2=None):
+    B, M, D = query.shape
+    N = points.shape[1]
+    acc = acc_dtype(query.dtype)
+    dist_out = torch.full((B, M, k), float("inf"), dtype=query.dtype, device=query.device)
+    idx_out = torch.full((B, M, k), -1, dtype=torch.int64, device=query.device)
+    if B * M == 0 or N == 0:
+        return dist_out, idx_out
+    ql = query_lengths.tolist()
+    pl = points_lengths.tolist()
+    r2 = None if radius2 is None else torch.tensor(radius2, dtype=acc, device=query.device)
+    for b in range(B):
+        L, Lq = int(pl[b]), int(ql[b])
+        if L == 0 or Lq == 0:
+            continue
+        kb = min(k, L)
+        pb = points[b, :L].to(acc)
+        # distance row + int64 key/sort buffers + temporaries
+        chunk = _row_chunk(L, 32)
+        for s in range(0, Lq, chunk):
+            e = min(Lq, s + chunk)
+            d = sq_dist(query[b, s:e].to(acc), pb)
+            valid = None if r2 is None else d <= r2
+            sel, ok = _topk_exact(d, valid, kb)
+            dist_out[b, s:e, :kb] = torch.where(ok, d.gather(1, sel), float("inf")).to(query.dtype)
+            idx_out[b, s:e, :kb] = torch.where(ok, sel, -1)
+    return dist_out, idx_out
+
+
+def knn_reference(query, points, k, query_lengths, points_lengths):
+    """Exact KNN: see :func:`pcgeom.knn` for the contract."""
+    return _knn_search(query, points, k, query_lengths, points_lengths)
+
+
+def ball_query_reference(query, points, radius, k, query_lengths, points_lengths):
+    """KNN restricted to ``dist2 <= radius**2`` (radius squared in double, then rounded)."""
+    return _knn_search(query, points, k, query_lengths, points_lengths, radius2=radius * radius)
+
+
+def knn_backward_reference(grad_dist2, query, points, idx):
+    """Gradients of ``dist2[b,m,j] = |query[b,m] - points[b,idx[b,m,j]]|^2``.
+
+    Padded slots (``idx = -1``) contribute nothing.
+    """
+    B, M, D = query.shape
+    N = points.shape[1]
+    K = idx.shape[2]
+    acc = acc_dtype(query.dtype)
+    gq = torch.zeros((B, M, D), dtype=acc, device=query.device)
+    gp = torch.zeros((B, N, D), dtype=acc, device=query.device)
+    if B * M * K == 0 or N == 0:
+        return gq.to(query.dtype), gp.to(query.dtype)
+    p = points.to(acc)
+    chunk = _row_chunk(K * D, 3 * 8)
+    for s in range(0, M, chunk):
+        e = min(M, s + chunk)
+        ib = idx[:, s:e]
+        valid = ib >= 0
+        safe = ib.clamp_min(0)
+        pn = p.gather(1, safe.reshape(B, -1, 1).expand(-1, -1, D)).reshape(B, e - s, K, D)
+        diff = query[:, s:e, None, :].to(acc) - pn
+        g = (2 * grad_dist2[:, s:e].to(acc))[..., None] * diff
+        g = g.masked_fill(~valid[..., None], 0)
+        gq[:, s:e] = g.sum(2)
+        gp.scatter_add_(1, safe.reshape(B, -1, 1).expand(-1, -1, D), -g.reshape(B, -1, D))
+    return gq.to(query.dtype), gp.to(query.dtype)
+
+
+def knn_gather_reference(x, idx):
+    """``out[b,m,j] = x[b, idx[b,m,j]]``, zeros where ``idx == -1``."""
+    B, N, C = x.shape
+    _, M, K = idx.shape
+    valid = idx >= 0
+    safe = idx.clamp_min(0).reshape(B, M * K, 1).expand(-1, -1, C)
+    if N == 0:
+        return x.new_zeros((B, M, K, C))
+    out = x.gather(1, safe).reshape(B, M, K, C)
+    return out.masked_fill(~valid[..., None], 0)
+
+
+def knn_gather_backward_reference(grad, idx, n):
+    """Scatter-add of ``grad (B,M,k,C)`` back to ``(B,n,C)``; ``-1`` slots are dropped."""
+    B, M, K, C = grad.shape
+    acc = acc_dtype(grad.dtype)
+    out = torch.zeros((B, n, C), dtype=acc, device=grad.device)
+    if n == 0 or grad.numel() == 0:
+        return out.to(grad.dtype)
+    valid = (idx >= 0)[..., None]
+    g = grad.to(acc).masked_fill(~valid, 0).reshape(B, M * K, C)
+    out.scatter_add_(1, idx.clamp_min(0).reshape(B, M * K, 1).expand(-1, -1, C), g)
+    return out.to(grad.dtype)
+
+
+def farthest_point_sample_reference(points, n_samples, lengths, start_index):
+    """Exact greedy farthest point sampling.
+
+    Rules (identical on every path):
+
+    * sample 0 is ``start_index[b]``; each next sample is the point with the
+      largest ``mind`` -- its minimum squared distance to the samples so far --
+      and the **lowest index** among equal ones;
+    * a chosen point is never chosen again, so for ``n_samples <= lengths[b]``
+      the samples are distinct;
+    * a NaN distance makes ``mind`` NaN for good, and NaN ranks below every
+      number: points with non-finite coordinates are chosen last;
+    * slots ``s >= lengths[b]`` are ``-1``.
+    """
+    B, N, D = points.shape
+    S = n_samples
+    dev = points.device
+    out = torch.full((B, S), -1, dtype=torch.int64, device=dev)
+    if B == 0 or N == 0 or S == 0:
+        return out
+    acc = acc_dtype(points.dtype)
+    p = points.to(acc)
+    L = lengths.to(dev)
+    chosen = torch.tensor(float("-inf"), dtype=acc, device=dev)
+    minus_one = torch.tensor(-1.0, dtype=acc, device=dev)
+    mind = torch.full((B, N), float("inf"), dtype=acc, device=dev)
+    mind = torch.where(torch.arange(N, device=dev)[None] < L[:, None], mind, chosen)
+    cur = torch.where(L > 0, start_index.to(dev), 0).clamp(0, N - 1)
+    rows = torch.arange(B, device=dev)
+    for s in range(min(S, N)):
+        out[:, s] = torch.where(s < L, cur, -1)
+        if s + 1 == min(S, N):
+            break
+        mind[rows, cur] = chosen
+        last = p[rows, cur][:, None, :]  # (B, 1, D)
+        d = None
+        for c in range(D):
+            diff = p[:, :, c] - last[:, :, c]
+            sq = diff * diff
+            d = sq if d is None else d + sq
+        upd = (torch.isnan(d) | (d < mind)) & (mind != chosen)
+        mind = torch.where(upd, d, mind)
+        key = torch.where(torch.isnan(mind), minus_one, mind)
+        cur = key.argmax(dim=1)
+    return out

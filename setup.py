@@ -1,0 +1,206 @@
+"""Build script for pcgeom's native kernels.
+
+The kernels are compiled here, at install time, never at import. Two modules are
+built against the LibTorch *stable ABI* (one binary keeps working across torch
+upgrades):
+
+* ``pcgeom._C``       -- the op schemas and the CPU kernels;
+* ``pcgeom._C_cuda``  -- the CUDA kernels (only when torch has CUDA and nvcc is found).
+
+Keeping CUDA in its own module means a CUDA build loaded on a CPU-only torch
+loses only the CUDA kernels, never the CPU ones.
+
+The build is optional.  If a compiler, ninja or nvcc fails, the failing module is
+skipped and the package still installs; the pure-torch path then serves (see
+``pcgeom doctor``).  Environment switches:
+
+* ``PCGEOM_REQUIRE_EXT=1``  any build failure is an error (CI sets it);
+* ``PCGEOM_NO_EXT=1``       skip the native build entirely;
+* ``FORCE_CUDA=1``          build the CUDA module even without a visible GPU;
+* ``PCGEOM_NO_CUDA=1``      never build the CUDA module.
+"""
+
+import glob
+import json
+import os
+import shutil
+import sys
+
+from setuptools import setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CSRC = os.path.join("csrc")
+# 2.10 is the first torch whose stable ABI has everything the kernels use.
+TORCH_TARGET_VERSION = "0x020a000000000000"
+PY_LIMITED_API = "0x030A0000"  # CPython 3.10 -> wheel tag cp310-abi3
+
+
+def _flag(name):
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+REQUIRE_EXT = _flag("PCGEOM_REQUIRE_EXT")
+NO_EXT = _flag("PCGEOM_NO_EXT")
+
+
+def _say(msg):
+    # pip hides setup.py output unless -v; pcgeom doctor reports the outcome at run time.
+    print(f"[pcgeom build] {msg}", file=sys.stderr, flush=True)
+
+
+def _write_build_info(info, *roots):
+    # Read by `pcgeom doctor`, which is where users see why a kernel is missing.
+    for root in roots or (HERE,):
+        folder = os.path.join(root, "pcgeom")
+        if os.path.isdir(folder):
+            with open(os.path.join(folder, "_build_info.json"), "w") as f:
+                json.dump(info, f, indent=1, sort_keys=True)
+
+
+def _sources(pattern):
+    return sorted(glob.glob(os.path.join(CSRC, pattern), recursive=True))
+
+
+def _cuda_wanted(torch, cuda_home):
+    if _flag("PCGEOM_NO_CUDA"):
+        return False, "PCGEOM_NO_CUDA=1"
+    if torch.version.cuda is None:
+        return False, "this torch build has no CUDA"
+    if cuda_home is None or shutil.which("nvcc") is None and not os.path.exists(
+        os.path.join(cuda_home or "", "bin", "nvcc")
+    ):
+        return False, "nvcc / CUDA_HOME not found"
+    if not _flag("FORCE_CUDA") and not torch.cuda.is_available():
+        return False, "no GPU visible (set FORCE_CUDA=1 to build the CUDA kernels anyway)"
+    if not _sources("*/*_cuda.cu"):
+        return False, "no CUDA sources"
+    return True, None
+
+
+def _extensions():
+    info = {"built_with_torch": None, "stable_abi": True, "cuda_requested": False,
+            "torch_target_version": "2.10", "skipped": None}
+    if NO_EXT:
+        _say("PCGEOM_NO_EXT=1: installing without native kernels (pure-torch path)")
+        info["skipped"] = "PCGEOM_NO_EXT=1"
+        return [], {}, info
+    try:
+        import torch
+        from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+    except Exception as exc:  # torch missing in the build environment
+        if REQUIRE_EXT:
+            raise RuntimeError(
+                "PCGEOM_REQUIRE_EXT=1 but torch cannot be imported at build time "
+                f"({exc}); install torch first and build with --no-build-isolation"
+            ) from exc
+        _say(f"torch not importable at build time ({exc}); installing the pure-torch path. "
+             "Install torch first and use `pip install --no-build-isolation .` to get native kernels.")
+        info["skipped"] = f"torch not importable at build time: {exc}"
+        return [], {}, info
+
+    version = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    info["built_with_torch"] = torch.__version__
+    if version < (2, 10):
+        msg = f"torch {torch.__version__} is older than 2.10, the first with the stable ABI pcgeom uses"
+        if REQUIRE_EXT:
+            raise RuntimeError(msg)
+        _say(msg + "; installing the pure-torch path")
+        info["skipped"] = msg
+        return [], {}, info
+
+    define = [("TORCH_TARGET_VERSION", TORCH_TARGET_VERSION), ("Py_LIMITED_API", PY_LIMITED_API)]
+    # -ffp-contract=off: distances must be bit-identical to the reference path, so
+    # the compiler may not fuse a*a+b into an FMA.
+    cxx = ["-O3", "-std=c++17", "-ffp-contract=off", "-fvisibility=hidden"]
+    if sys.platform == "win32":
+        cxx = ["/O2", "/std:c++17", "/fp:precise"]
+    include = [os.path.join(HERE, CSRC)]
+
+    exts = [
+        CppExtension(
+            "pcgeom._C",
+            sources=_sources("ops.cpp") + _sources("*/*_cpu.cpp"),
+            include_dirs=include,
+            define_macros=define,
+            extra_compile_args={"cxx": cxx},
+            py_limited_api=True,
+        )
+    ]
+    want_cuda, why_not = _cuda_wanted(torch, CUDA_HOME)
+    if want_cuda:
+        info["cuda_requested"] = True
+        exts.append(
+            CUDAExtension(
+                "pcgeom._C_cuda",
+                sources=_sources("common/module_cuda.cpp") + _sources("*/*_cuda.cu"),
+                include_dirs=include,
+                define_macros=define + [("USE_CUDA", "1")],
+                extra_compile_args={
+                    "cxx": cxx,
+                    # --fmad=false: same reason as -ffp-contract=off above.
+                    "nvcc": ["-O3", "--fmad=false", "-std=c++17", "-DUSE_CUDA=1",
+                             f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}"],
+                },
+                py_limited_api=True,
+            )
+        )
+    else:
+        _say(f"CUDA kernels not built: {why_not}")
+        info["cuda_skipped"] = why_not
+
+    class OptionalBuildExt(BuildExtension.with_options(use_ninja=True)):
+        """Builds each module independently; a failure drops that module only."""
+
+        failed = {}
+
+        def build_extension(self, ext):
+            try:
+                super().build_extension(ext)
+            except Exception as exc:  # compiler, ninja or nvcc failure
+                if REQUIRE_EXT:
+                    raise
+                OptionalBuildExt.failed[ext.name] = f"{type(exc).__name__}: {exc}"
+                _say(f"building {ext.name} failed ({exc}); pcgeom will use the pure-torch path "
+                     "for what it would have provided. Set PCGEOM_REQUIRE_EXT=1 to make this an error.")
+
+        def _kept(self):
+            return [e for e in self.extensions if e.name not in OptionalBuildExt.failed]
+
+        def copy_extensions_to_source(self):
+            all_exts, self.extensions = self.extensions, self._kept()
+            try:
+                super().copy_extensions_to_source()
+            finally:
+                self.extensions = all_exts
+
+        def get_outputs(self):
+            all_exts, self.extensions = self.extensions, self._kept()
+            try:
+                return super().get_outputs()
+            finally:
+                self.extensions = all_exts
+
+        def get_output_mapping(self):
+            all_exts, self.extensions = self.extensions, self._kept()
+            try:
+                return super().get_output_mapping()
+            finally:
+                self.extensions = all_exts
+
+        def run(self):
+            super().run()
+            info["failed"] = dict(OptionalBuildExt.failed)
+            _write_build_info(info, HERE, self.build_lib)
+
+    return exts, {"build_ext": OptionalBuildExt}, info
+
+
+ext_modules, cmdclass, build_info = _extensions()
+if not ext_modules:
+    _write_build_info(build_info)
+
+setup(
+    ext_modules=ext_modules,
+    cmdclass=cmdclass,
+    options={"bdist_wheel": {"py_limited_api": "cp310"}} if ext_modules else {},
+)

@@ -1,0 +1,53 @@
+"""Shared test grid: devices (CUDA only when present), dtypes and input factories.
+
+The benchmarks reuse the factories below, so tests and benchmarks see the same inputs.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+# Keep inductor's cache inside a temp folder, not the user's home.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".inductor-cache"))
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+FLOAT_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return torch.device(request.param)
+
+
+def random_cloud(B, N, D=3, *, dtype=torch.float32, device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(B, N, D, generator=g, dtype=torch.float64).to(device=device, dtype=dtype)
+
+
+def lattice_cloud(B, n_side, D=3, *, dtype=torch.float32, device="cpu", seed=0):
+    """Points on an integer lattice, shuffled: many exact distance ties."""
+    g = torch.Generator().manual_seed(seed)
+    axes = [torch.arange(n_side, dtype=torch.float64)] * D
+    grid = torch.stack(torch.meshgrid(*axes, indexing="ij"), -1).reshape(-1, D)
+    clouds = [grid[torch.randperm(grid.shape[0], generator=g)] for _ in range(B)]
+    return torch.stack(clouds).to(device=device, dtype=dtype)
+
+
+def surface_cloud(B, N, *, dtype=torch.float32, device="cpu", seed=0):
+    """Points on a unit sphere surface: a 2-D manifold in 3-D, like real scans."""
+    g = torch.Generator().manual_seed(seed)
+    v = torch.randn(B, N, 3, generator=g, dtype=torch.float64)
+    return (v / v.norm(dim=-1, keepdim=True)).to(device=device, dtype=dtype)
+
+
+def clustered_cloud(B, N, *, dtype=torch.float32, device="cpu", seed=0):
+    """Clusters whose densities differ by ~100x."""
+    g = torch.Generator().manual_seed(seed)
+    centers = torch.rand(B, 8, 3, generator=g, dtype=torch.float64)
+    scales = torch.logspace(-3, -1, 8, dtype=torch.float64)
+    which = torch.randint(0, 8, (B, N), generator=g)
+    pts = centers.gather(1, which[..., None].expand(-1, -1, 3)) + torch.randn(B, N, 3, generator=g, dtype=torch.float64) * scales[which][..., None]
+    return pts.to(device=device, dtype=dtype)
