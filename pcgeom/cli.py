@@ -77,12 +77,22 @@ def _demo(args) -> int:
     return 0
 
 
+def _bench(args) -> int:
+    # The benchmark lives in pcgeom.bench and parses its own options.
+    from pcgeom import bench
+
+    return bench.main(args.bench_args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pcgeom", description="pcgeom: exact KNN and FPS for point clouds.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("doctor", help="show which kernels are in use and how to fix a missing build")
     p.add_argument("--check", action="store_true", help="exit 1 when the native library is not loaded")
     p.set_defaults(func=_doctor)
+    p = sub.add_parser("bench", help="run the benchmark workloads against the installed peers", add_help=False)
+    p.add_argument("bench_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_bench)
     p = sub.add_parser("demo", help="run the demo")
     p.add_argument("--out", default="pcgeom-demo", help="output folder")
     p.set_defaults(func=_demo)
