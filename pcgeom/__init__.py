@@ -8,14 +8,20 @@ kernels are absent.  ``pcgeom.backend_info()`` / ``pcgeom doctor`` say which.
 
 from pcgeom._backend import backend_info
 from pcgeom.ops import KNNResult, ball_query, farthest_point_sample, knn, knn_gather
+from pcgeom.grouping import GroupLevel, group_hierarchical, group_patches
+from pcgeom.chamfer import chamfer_distance
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "GroupLevel",
     "KNNResult",
     "backend_info",
     "ball_query",
+    "chamfer_distance",
     "farthest_point_sample",
+    "group_hierarchical",
+    "group_patches",
     "knn",
     "knn_gather",
 ]
