@@ -152,16 +152,32 @@ def _extensions():
         """Builds each module independently; a failure drops that module only."""
 
         failed = {}
+        built = set()
+
+        @staticmethod
+        def _record_failure(name, exc):
+            if REQUIRE_EXT:
+                raise exc
+            OptionalBuildExt.failed[name] = f"{type(exc).__name__}: {exc}"
+            _say(f"building {name} failed ({exc}); pcgeom will use the pure-torch path "
+                 "for what it would have provided. Set PCGEOM_REQUIRE_EXT=1 to make this an error.")
+
+        def build_extensions(self):
+            # torch's set-up (compiler probe, ABI check) can fail before any
+            # single module is attempted: that too must not fail the install.
+            try:
+                super().build_extensions()
+            except Exception as exc:
+                for ext in self.extensions:
+                    if ext.name not in OptionalBuildExt.built and ext.name not in OptionalBuildExt.failed:
+                        self._record_failure(ext.name, exc)
 
         def build_extension(self, ext):
             try:
                 super().build_extension(ext)
+                OptionalBuildExt.built.add(ext.name)
             except Exception as exc:  # compiler, ninja or nvcc failure
-                if REQUIRE_EXT:
-                    raise
-                OptionalBuildExt.failed[ext.name] = f"{type(exc).__name__}: {exc}"
-                _say(f"building {ext.name} failed ({exc}); pcgeom will use the pure-torch path "
-                     "for what it would have provided. Set PCGEOM_REQUIRE_EXT=1 to make this an error.")
+                self._record_failure(ext.name, exc)
 
         def _kept(self):
             return [e for e in self.extensions if e.name not in OptionalBuildExt.failed]
@@ -190,7 +206,8 @@ def _extensions():
         def run(self):
             super().run()
             info["failed"] = dict(OptionalBuildExt.failed)
-            _write_build_info(info, HERE, self.build_lib)
+            # In-place (editable) builds read the file from the source tree; others from build_lib.
+            _write_build_info(info, HERE if self.inplace else self.build_lib)
 
     return exts, {"build_ext": OptionalBuildExt}, info
 

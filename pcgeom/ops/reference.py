@@ -41,6 +41,14 @@ def sq_dist(q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _check_range(op: str, name: str, values, lo: int, hi: int) -> None:
+    # Direct torch.ops calls bypass the Python wrappers; like the kernels, the
+    # reference refuses out-of-range values instead of reading out of bounds.
+    for b, v in enumerate(values):
+        if not lo <= v <= hi:
+            raise RuntimeError(f"{op}: {name}[{b}]={v} is outside [{lo}, {hi}]")
+
+
 def _row_chunk(n: int, bytes_per_elem: int) -> int:
     return max(1, BUDGET_BYTES // max(1, n * bytes_per_elem))
 
@@ -75,16 +83,20 @@ def _topk_exact(d: torch.Tensor, valid: torch.Tensor | None, k: int):
     return order[:, :k], ok
 
 
-def _knn_search(query, points, k, query_lengths, points_lengths, radius2=None):
+def _knn_search(query, points, k, query_lengths, points_lengths, radius2=None, op="knn"):
     B, M, D = query.shape
     N = points.shape[1]
+    if k < 1:
+        raise RuntimeError(f"{op}: k must be >= 1, got {k}")
+    ql = query_lengths.tolist()
+    pl = points_lengths.tolist()
+    _check_range(op, "query_lengths", ql, 0, M)
+    _check_range(op, "points_lengths", pl, 0, N)
     acc = acc_dtype(query.dtype)
     dist_out = torch.full((B, M, k), float("inf"), dtype=query.dtype, device=query.device)
     idx_out = torch.full((B, M, k), -1, dtype=torch.int64, device=query.device)
     if B * M == 0 or N == 0:
         return dist_out, idx_out
-    ql = query_lengths.tolist()
-    pl = points_lengths.tolist()
     r2 = None if radius2 is None else torch.tensor(radius2, dtype=acc, device=query.device)
     for b in range(B):
         L, Lq = int(pl[b]), int(ql[b])
@@ -111,7 +123,9 @@ def knn_reference(query, points, k, query_lengths, points_lengths):
 
 def ball_query_reference(query, points, radius, k, query_lengths, points_lengths):
     """KNN restricted to ``dist2 <= radius**2`` (radius squared in double, then rounded)."""
-    return _knn_search(query, points, k, query_lengths, points_lengths, radius2=radius * radius)
+    if radius < 0:
+        raise RuntimeError(f"ball_query: radius must be >= 0, got {radius}")
+    return _knn_search(query, points, k, query_lengths, points_lengths, radius2=radius * radius, op="ball_query")
 
 
 def knn_backward_reference(grad_dist2, query, points, idx):
@@ -147,6 +161,8 @@ def knn_gather_reference(x, idx):
     """``out[b,m,j] = x[b, idx[b,m,j]]``, zeros where ``idx == -1``."""
     B, N, C = x.shape
     _, M, K = idx.shape
+    if idx.numel() and (int(idx.min()) < -1 or int(idx.max()) >= N):
+        raise RuntimeError(f"knn_gather: idx values must be in [-1, {N})")
     valid = idx >= 0
     safe = idx.clamp_min(0).reshape(B, M * K, 1).expand(-1, -1, C)
     if N == 0:
@@ -158,6 +174,8 @@ def knn_gather_reference(x, idx):
 def knn_gather_backward_reference(grad, idx, n):
     """Scatter-add of ``grad (B,M,k,C)`` back to ``(B,n,C)``; ``-1`` slots are dropped."""
     B, M, K, C = grad.shape
+    if idx.numel() and (int(idx.min()) < -1 or int(idx.max()) >= n):
+        raise RuntimeError(f"knn_gather_backward: idx values must be in [-1, {n})")
     acc = acc_dtype(grad.dtype)
     out = torch.zeros((B, n, C), dtype=acc, device=grad.device)
     if n == 0 or grad.numel() == 0:
@@ -185,6 +203,13 @@ def farthest_point_sample_reference(points, n_samples, lengths, start_index):
     B, N, D = points.shape
     S = n_samples
     dev = points.device
+    if S < 0:
+        raise RuntimeError(f"farthest_point_sample: n_samples must be >= 0, got {S}")
+    lens, starts = lengths.tolist(), start_index.tolist()
+    _check_range("farthest_point_sample", "lengths", lens, 0, N)
+    for b, (n, st) in enumerate(zip(lens, starts)):
+        if n > 0 and not 0 <= st < n:
+            raise RuntimeError(f"farthest_point_sample: start_index[{b}]={st} is outside [0, {n})")
     out = torch.full((B, S), -1, dtype=torch.int64, device=dev)
     if B == 0 or N == 0 or S == 0:
         return out

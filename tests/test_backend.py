@@ -1,0 +1,122 @@
+"""The package's promises about building and loading: the schema agrees on
+every path, the native library has no unstable ABI symbols, the fallback
+is announced, import never compiles."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import pcgeom
+from pcgeom._schema import SCHEMAS
+
+INFO = pcgeom.backend_info()
+
+
+def test_backend_info_has_the_documented_keys():
+    for key in ("extension_loaded", "native_devices", "stable_abi", "torch_version", "load_error"):
+        assert key in INFO
+    assert isinstance(INFO["native_devices"], list)
+    assert INFO["torch_version"] == torch.__version__
+    if INFO["extension_loaded"]:
+        assert "cpu" in INFO["native_devices"] and INFO["stable_abi"] and INFO["load_error"] is None
+    else:
+        assert INFO["native_devices"] == [] and INFO["load_error"]
+
+
+def test_native_schema_matches_python_schema():
+    for name, schema in SCHEMAS.items():
+        op = getattr(torch.ops.pcgeom, name).default
+        expected = torch._C.parse_schema(f"pcgeom::{schema}")
+        assert str(op._schema) == str(expected)
+
+
+def _native_library():
+    import importlib.util
+
+    spec = importlib.util.find_spec("pcgeom._C")
+    if spec is None:
+        pytest.skip("native library not built")
+    return spec.origin
+
+
+def test_native_library_uses_only_the_stable_abi():
+    path = _native_library()
+    if shutil.which("nm") is None:
+        pytest.skip("nm not available")
+    out = subprocess.run(["nm", "-D", "--undefined-only", "-C", path], capture_output=True, text=True, check=True).stdout
+    unstable = [line for line in out.splitlines() if any(ns in line for ns in ("at::", "c10::", "torch::"))]
+    assert unstable == [], f"{len(unstable)} unstable C++ symbols, e.g. {unstable[:3]}"
+
+
+def _run(code, **env):
+    full_env = {k: v for k, v in os.environ.items() if k != "PCGEOM_DISABLE_EXT"}
+    full_env.update(env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=120)
+
+
+def test_disable_env_forces_the_pure_torch_path():
+    r = _run("import pcgeom, json; print(json.dumps(pcgeom.backend_info()['extension_loaded'])); "
+             "import torch; print(pcgeom.knn(torch.rand(1, 4, 3), torch.rand(1, 6, 3), 2).idx.shape)",
+             PCGEOM_DISABLE_EXT="1")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["false", "torch.Size([1, 4, 2])"]
+
+
+def test_doctor_reports_in_plain_words():
+    r = subprocess.run([sys.executable, "-m", "pcgeom", "doctor"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "native library" in r.stdout and "torch" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "pcgeom", "doctor"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PCGEOM_DISABLE_EXT": "1"})
+    assert "PCGEOM_DISABLE_EXT=1 is set" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "pcgeom", "doctor", "--check"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PCGEOM_DISABLE_EXT": "1"})
+    assert r.returncode == 1
+
+
+def test_import_never_compiles():
+    # No JIT: importing must not touch torch.utils.cpp_extension at all.
+    r = _run("import sys, pcgeom; print('torch.utils.cpp_extension' in sys.modules)")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
+
+
+def test_ops_run_on_a_device_without_native_kernels():
+    # The meta device has no kernel of ours: shapes come from the fake kernels.
+    q = torch.empty(2, 5, 3, device="meta")
+    d, i = pcgeom.knn(q, q, 4)
+    assert d.shape == (2, 5, 4) and i.dtype == torch.int64
+
+
+def test_failed_compiler_still_installs_the_pure_torch_path(tmp_path):
+    """A broken compiler must not fail `pip install`: the package installs
+    without the native library, records why, and runs on the pure-torch path."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.exists(os.path.join(root, "setup.py")):
+        pytest.skip("needs the source tree")
+    target = tmp_path / "site"
+    env = {**os.environ, "CXX": "/bin/false", "CC": "/bin/false"}
+    env.pop("PCGEOM_REQUIRE_EXT", None)
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-cache-dir",
+         "--target", str(target), root],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not list((target / "pcgeom").glob("_C*.so"))
+    code = (
+        "import sys; sys.meta_path = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]; "
+        f"sys.path.insert(0, {str(target)!r}); "
+        "import pcgeom, torch; i = pcgeom.backend_info(); "
+        "assert pcgeom.__file__.startswith(sys.path[0]), pcgeom.__file__; "
+        "print(i['extension_loaded'], i['load_error'], sorted(i['build']['failed'])); "
+        "print(pcgeom.knn(torch.rand(1, 5, 3), torch.rand(1, 5, 3), 2).idx.shape)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={k: v for k, v in os.environ.items() if k != "PCGEOM_DISABLE_EXT"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["False not built ['pcgeom._C']", "torch.Size([1, 5, 2])"]
