@@ -13,6 +13,23 @@ import torch
 # Keep inductor's cache inside a temp folder, not the user's home.
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".inductor-cache"))
 
+# The op suite: run a second time on the pure-torch path (scripts/test.sh, -m ops).
+OP_TEST_FILES = {
+    "test_knn.py", "test_ball_query.py", "test_knn_gather.py", "test_farthest_point_sample.py",
+    "test_compile.py", "test_backend.py", "test_cpu_paths.py", "test_cuda.py",
+}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "ops: the op suite, run on both the native and the pure-torch path")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in OP_TEST_FILES:
+            item.add_marker(pytest.mark.ops)
+
+
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 FLOAT_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
