@@ -1,0 +1,533 @@
+"""``pcgeom.nn.KNNClassifier``: a k-nearest-neighbour classifier / retrieval index
+over feature vectors that lives inside a PyTorch pipeline.
+
+The neighbour search is :func:`pcgeom.knn` (exact, memory-bounded, ties to the
+lower index); everything after it -- the vote, the weights, the confidence -- is
+plain torch on ``(B, k)`` tensors, so the module runs on any device, under
+``torch.compile`` and with autograd.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+from torch import nn
+
+from pcgeom import _validation as V
+from pcgeom.ops.knn import KNNResult, knn
+
+_WEIGHTS = ("uniform", "distance", "softmax")
+_METRICS = ("l2", "cosine")
+_LABEL_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+_STATE_VERSION = 1
+
+
+def _shape(t) -> str:
+    return str(tuple(int(s) for s in t.shape))
+
+
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _check_choice(fn: str, name: str, value, choices) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{fn}: {name} must be one of {choices}, got {type(value).__name__} {value!r}")
+    if value not in choices:
+        raise ValueError(f"{fn}: {name} must be one of {choices}, got {value!r}")
+    return value
+
+
+def _check_features(fn: str, name: str, t) -> None:
+    V.check_tensor(fn, name, t, 2, "(N, D)")
+    if t.dtype not in V.FLOAT_DTYPES:
+        raise TypeError(f"{fn}: {name} must be float16, bfloat16, float32 or float64, got {t.dtype}")
+    if t.shape[1] < 1:
+        raise ValueError(f"{fn}: {name} must have at least one feature (D >= 1), got shape {_shape(t)}")
+
+
+def _as_labels(fn: str, name: str, labels, n: int, device) -> torch.Tensor:
+    """Integer class indices ``(n,)`` as int64 on ``device`` (range checked by the caller)."""
+    if not isinstance(labels, torch.Tensor):
+        try:
+            labels = torch.as_tensor(labels)
+        except Exception as exc:
+            raise TypeError(
+                f"{fn}: {name} must be an integer tensor of class indices with shape ({n},), "
+                f"got {type(labels).__name__}"
+            ) from exc
+    if labels.dtype not in _LABEL_DTYPES:
+        raise TypeError(
+            f"{fn}: {name} must hold integer class indices (int8/16/32/64 or uint8), got dtype {labels.dtype}"
+        )
+    if labels.dim() != 1 or labels.shape[0] != n:
+        raise ValueError(
+            f"{fn}: {name} must have shape ({n},), one label per feature row, got {_shape(labels)}"
+        )
+    return labels.to(device=device, dtype=torch.int64)
+
+
+def _check_label_range(fn: str, name: str, labels: torch.Tensor, num_classes: int) -> None:
+    if labels.numel() == 0:
+        return
+    lo, hi = int(labels.min()), int(labels.max())
+    if lo < 0 or hi >= num_classes:
+        bad = int(labels.argmin()) if lo < 0 else int(labels.argmax())
+        raise ValueError(
+            f"{fn}: {name} must be class indices in [0, num_classes={num_classes}), "
+            f"got {name}[{bad}]={int(labels[bad])}"
+        )
+
+
+class KNNClassifier(nn.Module):
+    r"""Exact k-nearest-neighbour classifier over a gallery of feature vectors.
+
+    The gallery (``features``, ``labels``) is held as module state, so it moves
+    with ``.to()``, is saved in ``state_dict`` and can grow with :meth:`add`.
+    Calling the module returns the (weighted) class vote of the ``k`` nearest
+    gallery items of each query; the vote is differentiable, so the classifier
+    can sit at the end of a network trained end to end (soft-KNN / NCA-style).
+
+    **Neighbour search.**  :func:`pcgeom.knn` on the whole gallery: exact,
+    memory-bounded (never a ``B x N`` distance matrix, so galleries of
+    ``10**6 x 128`` are fine), squared Euclidean distances accumulated in
+    float32 (float64 for float64 features), **ties to the lower gallery index**.
+    With ``metric="cosine"`` queries and gallery rows are L2-normalised first
+    (rows of zeros stay zero) and the distance is ``|a - b|^2 = 2 - 2 cos(a, b)``,
+    so the nearest neighbours are the most cosine-similar ones.
+
+    **Vote.**  With neighbour distances ``d_j`` (squared, ``j = 1..k``) and
+    labels ``y_j``, ``scores[b, c] = sum_j w_j [y_j == c]`` where the weights,
+    normalised to sum to 1 over the k neighbours, are
+
+    * ``"uniform"``: ``w_j = 1 / k`` (the vote counts divided by k, exact);
+    * ``"distance"``: ``w_j ∝ 1 / sqrt(d_j)`` (inverse Euclidean distance, as in
+      scikit-learn); if some neighbours are at distance 0, they share the vote
+      and the others get weight 0;
+    * ``"softmax"``: ``w = softmax(-d / temperature)`` over the k neighbours
+      (negative **squared** distances).
+
+    ``scores`` is therefore a probability vector per query.  **Vote ties between
+    classes go to the lowest class index** (``argmax`` returns the first
+    maximum), which is also scikit-learn's rule; neighbour ties go to the lower
+    gallery index (:func:`pcgeom.knn`).  With these rules predictions equal
+    scikit-learn's ``KNeighborsClassifier(algorithm="brute")`` whenever no two
+    gallery items are at the same distance from a query; at distance ties
+    scikit-learn's neighbour order is unspecified.
+
+    **Gradients.**  The neighbour *selection* is piecewise constant; the
+    distances to the selected neighbours are differentiable with respect to the
+    query and the gallery features, so ``"distance"`` and ``"softmax"``
+    scores have gradients.  ``"uniform"`` scores are vote counts, piecewise
+    constant: they carry no autograd graph (``requires_grad=False``), so a loss
+    built on them fails loudly instead of training nothing.  The gallery is held
+    in one of three ways:
+
+    * a plain tensor (the default): registered as a **buffer**, not trained;
+    * a tensor that **requires grad** (e.g. the embeddings of a support batch
+      just computed by your network): kept as given in the buffer slot, graph
+      included, so gradients reach whatever produced it.  Build a fresh
+      classifier for each step (construction only validates and stores; there
+      is no index to build).  ``state_dict`` stores detached values;
+    * an ``nn.Parameter`` (learned prototypes): registered as a **parameter**,
+      so optimisers see it.  With ``metric="cosine"`` it is normalised at every
+      call instead of once.  :meth:`add` is refused (it would replace the
+      parameter an optimiser holds).
+
+    Only the ``k`` selected gallery rows enter the graph, so a backward pass
+    through a large buffer gallery costs ``O(B k D)``.
+
+    **Precision.**  float16/bfloat16 features are searched with float32
+    accumulation; distances, weights and scores are float32 (float64 for float64
+    features).  For float16/bfloat16 the distances to the selected neighbours are
+    recomputed in float32 (no float16 overflow); for float32/float64 they are
+    exactly :func:`pcgeom.knn`'s.
+
+    **Confidence.**  :meth:`confidence` returns
+    ``1 - sqrt(d_same / d_other)`` clamped to ``[0, 1]``, where ``d_same`` is the
+    squared distance to the nearest of the k neighbours that has the predicted
+    label and ``d_other`` to the nearest of the k that has another label.  When
+    all k neighbours agree, the nearest other-class item is at least as far as
+    the k-th neighbour, so ``d_other`` is taken as the k-th distance and the value
+    is a lower bound.  0 means an other-class item is as close as the predicted
+    class (or closer); values near 1 mean other classes are much farther away.
+    It needs ``k >= 2`` to say anything (with ``k = 1`` it is always 0).  Reject
+    the lowest-confidence predictions to trade coverage for accuracy.
+
+    Args:
+        features: ``(N, D)`` float16/bfloat16/float32/float64 gallery features
+            (``N = 0`` is allowed: grow it with :meth:`add` or load a state_dict).
+        labels: ``(N,)`` integer class indices in ``[0, num_classes)`` (a tensor,
+            or anything ``torch.as_tensor`` accepts); stored as int64 on the
+            device of ``features``.  Map arbitrary labels to indices first, e.g.
+            with ``np.unique(y, return_inverse=True)``.
+        k: number of neighbours, an int >= 1; must not exceed the gallery size
+            when the classifier is called.
+        num_classes: number of classes C; default ``labels.max() + 1`` (required
+            for an empty gallery).
+        weights: ``"uniform"``, ``"distance"`` or ``"softmax"`` (see above).
+        temperature: softmax temperature > 0, in units of squared distance.
+        metric: ``"l2"`` or ``"cosine"``.
+
+    ``k``, ``weights`` and ``temperature`` can be changed later by assigning the
+    attributes (they are validated again); ``metric`` and ``num_classes`` are
+    fixed.
+
+    Example:
+        >>> import torch
+        >>> from pcgeom.nn import KNNClassifier
+        >>> feats = torch.tensor([[0.0, 0], [0.1, 0], [1, 1], [1.1, 1]])
+        >>> clf = KNNClassifier(feats, torch.tensor([0, 0, 1, 1]), k=3)
+        >>> clf.predict(torch.tensor([[0.05, 0.0], [0.9, 1.0]])).tolist()
+        [0, 1]
+        >>> clf(torch.tensor([[0.05, 0.0]]))   # vote shares (B, C)
+        tensor([[0.6667, 0.3333]])
+        >>> clf.add(torch.tensor([[5.0, 5.0]]), torch.tensor([1]))
+        >>> len(clf)
+        5
+    """
+
+    features: torch.Tensor
+    labels: torch.Tensor
+
+    def __init__(
+        self,
+        features,
+        labels,
+        k: int = 5,
+        *,
+        num_classes: int | None = None,
+        weights: str = "uniform",
+        temperature: float = 1.0,
+        metric: str = "l2",
+    ) -> None:
+        super().__init__()
+        fn = "KNNClassifier"
+        self._metric = _check_choice(fn, "metric", metric, _METRICS)
+        self.k = k
+        self.weights = weights
+        self.temperature = temperature
+        _check_features(fn, "features", features)
+        n = features.shape[0]
+        labels = _as_labels(fn, "labels", labels, n, features.device)
+        if num_classes is None:
+            if n == 0:
+                raise ValueError(f"{fn}: num_classes must be given when the gallery is empty (features has shape {_shape(features)})")
+            # max(.., 1): negative labels are then reported by the range check.
+            num_classes = max(int(labels.max()) + 1, 1)
+        self._num_classes = V.check_int(fn, "num_classes", num_classes, minimum=1)
+        _check_label_range(fn, "labels", labels, self._num_classes)
+
+        if isinstance(features, nn.Parameter):
+            self.register_parameter("features", features)
+        else:
+            self.register_buffer("features", self._normalized(features))
+        self.register_buffer("labels", labels)
+
+    # ------------------------------------------------------------------ config
+    @property
+    def k(self) -> int:
+        """Number of neighbours that vote (int >= 1)."""
+        return self._k
+
+    @k.setter
+    def k(self, value) -> None:
+        self._k = V.check_int("KNNClassifier", "k", value, minimum=1)
+
+    @property
+    def weights(self) -> str:
+        """Vote weighting: ``"uniform"``, ``"distance"`` or ``"softmax"``."""
+        return self._weights
+
+    @weights.setter
+    def weights(self, value) -> None:
+        self._weights = _check_choice("KNNClassifier", "weights", value, _WEIGHTS)
+
+    @property
+    def temperature(self) -> float:
+        """Softmax temperature (> 0, squared-distance units)."""
+        return self._temperature
+
+    @temperature.setter
+    def temperature(self, value) -> None:
+        t = V.check_float("KNNClassifier", "temperature", value)
+        if not t > 0 or t == float("inf"):
+            raise ValueError(f"KNNClassifier: temperature must be a finite float > 0, got {t}")
+        self._temperature = t
+
+    @property
+    def metric(self) -> str:
+        """``"l2"`` or ``"cosine"`` (fixed at construction)."""
+        return self._metric
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes C: the width of the score matrix."""
+        return self._num_classes
+
+    def __len__(self) -> int:
+        return int(self.features.shape[0])
+
+    def extra_repr(self) -> str:
+        n, d = self.features.shape
+        return (
+            f"gallery=({n}, {d}), num_classes={self._num_classes}, k={self._k}, weights={self._weights!r}, "
+            f"temperature={self._temperature}, metric={self._metric!r}, dtype={self.features.dtype}"
+        )
+
+    # ----------------------------------------------------------------- gallery
+    def _normalized(self, x: torch.Tensor) -> torch.Tensor:
+        if self._metric != "cosine":
+            return x
+        acc = _acc_dtype(x.dtype)
+        xa = x.to(acc)
+        # Divide by max(|x|, tiny) so zero rows stay zero (no NaN, no gradient blow-up).
+        norm = torch.linalg.vector_norm(xa, dim=-1, keepdim=True).clamp_min(torch.finfo(acc).tiny)
+        return (xa / norm).to(x.dtype)
+
+    def _gallery(self) -> torch.Tensor:
+        if isinstance(self.features, nn.Parameter):
+            return self._normalized(self.features)
+        return self.features
+
+    def add(self, features, labels) -> None:
+        """Appends items to the gallery.
+
+        Args:
+            features: ``(n, D)`` tensor with the gallery's D, dtype and device.
+                If it requires grad, the gallery does from then on.
+            labels: ``(n,)`` integer class indices in ``[0, num_classes)``.
+
+        New items get the next gallery indices (so on distance ties, older items
+        win).  Not available for an ``nn.Parameter`` gallery.
+        """
+        fn = "KNNClassifier.add"
+        if isinstance(self.features, nn.Parameter):
+            raise TypeError(
+                f"{fn}: the gallery is an nn.Parameter (learned prototypes); growing it would replace the "
+                "tensor an optimiser holds. Build a new KNNClassifier instead"
+            )
+        _check_features(fn, "features", features)
+        g = self.features
+        if features.shape[1] != g.shape[1]:
+            raise ValueError(
+                f"{fn}: features must have shape (n, {g.shape[1]}) to match the gallery, got {_shape(features)}"
+            )
+        if features.dtype != g.dtype:
+            raise TypeError(f"{fn}: features must have the gallery's dtype {g.dtype}, got {features.dtype}")
+        if features.device != g.device:
+            raise ValueError(f"{fn}: features must be on the gallery's device {g.device}, got {features.device}")
+        labels = _as_labels(fn, "labels", labels, features.shape[0], g.device)
+        _check_label_range(fn, "labels", labels, self._num_classes)
+        self.features = torch.cat([g, self._normalized(features)], 0)
+        self.labels = torch.cat([self.labels, labels], 0)
+
+    # ------------------------------------------------------------------ search
+    def _check_query(self, fn: str, query) -> torch.Tensor:
+        g = self.features
+        V.check_tensor(fn, "query", query, 2, f"(B, {g.shape[1]})")
+        if query.shape[1] != g.shape[1]:
+            raise ValueError(
+                f"{fn}: query must have shape (B, D) with the gallery's D={g.shape[1]}, got {_shape(query)}"
+            )
+        if query.dtype != g.dtype:
+            raise TypeError(
+                f"{fn}: query must have the gallery's dtype {g.dtype}, got {query.dtype} "
+                "(convert one of them: .to(dtype) on the query or on the classifier)"
+            )
+        if query.device != g.device:
+            raise ValueError(f"{fn}: query must be on the gallery's device {g.device}, got {query.device}")
+        return self._normalized(query)
+
+    def _search(self, fn: str, query, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        q = self._check_query(fn, query)
+        g = self._gallery()
+        n = g.shape[0]
+        if k > n:
+            raise ValueError(
+                f"{fn}: k={k} is larger than the gallery ({n} items); add items with add() or lower k"
+            )
+        B, D = q.shape
+        # Select on detached tensors: pcgeom.knn's backward would build a dense
+        # (N, D) gradient for the whole gallery; the few selected rows are
+        # gathered below instead.
+        d_sel, idx = knn(q.detach()[None], g.detach()[None], k)
+        d_sel, idx = d_sel[0], idx[0]
+        acc = _acc_dtype(q.dtype)
+        half = q.dtype in (torch.float16, torch.bfloat16)
+        needs_grad = torch.is_grad_enabled() and (q.requires_grad or g.requires_grad)
+        if not (half or needs_grad):
+            return d_sel, idx
+        nb = g.index_select(0, idx.reshape(-1)).reshape(B, k, D)
+        diff = q.to(acc)[:, None, :] - nb.to(acc)
+        d_re = (diff * diff).sum(-1)
+        if half:
+            return d_re, idx
+        # Value: pcgeom.knn's distances exactly (d_re - d_re.detach() is 0);
+        # gradient: that of the recomputed distances.
+        return d_sel + (d_re - d_re.detach()), idx
+
+    def kneighbors(self, query, k: int | None = None) -> KNNResult:
+        """The k nearest gallery items of each query.
+
+        Args:
+            query: ``(B, D)`` tensor with the gallery's D, dtype and device.
+            k: number of neighbours (default: ``self.k``); at most ``len(self)``.
+
+        Returns:
+            ``KNNResult(dist2, idx)``: ``dist2 (B, k)`` squared distances (in the
+            metric's space), ascending, float32 (float64 for float64 features),
+            differentiable; ``idx (B, k)`` int64 gallery indices, ties to the
+            lower index.
+        """
+        fn = "KNNClassifier.kneighbors"
+        k = self._k if k is None else V.check_int(fn, "k", k, minimum=1)
+        dist2, idx = self._search(fn, query, k)
+        return KNNResult(dist2, idx)
+
+    # -------------------------------------------------------------------- vote
+    def vote(self, dist2: torch.Tensor, idx: torch.Tensor, *, weights: str | None = None,
+             temperature: float | None = None) -> torch.Tensor:
+        """Class scores from neighbours already found with :meth:`kneighbors`.
+
+        Lets one search serve several settings: ``vote(d[:, :3], i[:, :3],
+        weights="distance")`` is ``forward`` with ``k=3, weights="distance"``.
+
+        Args:
+            dist2: ``(B, k)`` squared distances from :meth:`kneighbors`.
+            idx: ``(B, k)`` int64 gallery indices from :meth:`kneighbors`.
+            weights, temperature: override the module's settings.
+
+        Returns:
+            ``(B, num_classes)`` scores summing to 1 per row (float32, float64 for
+            float64 features).
+        """
+        fn = "KNNClassifier.vote"
+        weights = self._weights if weights is None else _check_choice(fn, "weights", weights, _WEIGHTS)
+        if temperature is None:
+            temperature = self._temperature
+        V.check_tensor(fn, "dist2", dist2, 2, "(B, k)")
+        V.check_index_tensor(fn, "idx", idx, 2, "(B, k)")
+        if idx.shape != dist2.shape:
+            raise ValueError(f"{fn}: dist2 and idx must have the same shape (B, k), got {_shape(dist2)} and {_shape(idx)}")
+        B, k = idx.shape
+        lab = self.labels[idx]
+        acc = dist2.dtype if dist2.dtype in (torch.float32, torch.float64) else torch.float32
+        d = dist2.to(acc)
+        scores = torch.zeros((B, self._num_classes), dtype=acc, device=d.device)
+        if weights == "uniform":
+            # Integer vote counts, then one division: equal counts give
+            # bit-equal scores, so class ties are real ties.
+            return scores.scatter_add_(1, lab, torch.ones_like(d)) / k
+        if weights == "distance":
+            zero = d == 0
+            inv = torch.rsqrt(torch.where(zero, torch.ones_like(d), d))
+            w = torch.where(zero.any(1, keepdim=True), zero.to(acc), inv)
+            w = w / w.sum(1, keepdim=True)
+        else:
+            w = torch.softmax(-d / temperature, dim=1)
+        return scores.scatter_add(1, lab, w)
+
+    def confidence_from_neighbors(self, dist2: torch.Tensor, idx: torch.Tensor,
+                                  pred: torch.Tensor) -> torch.Tensor:
+        """The confidence of :meth:`confidence` from precomputed neighbours.
+
+        Args:
+            dist2, idx: ``(B, k)`` from :meth:`kneighbors`.
+            pred: ``(B,)`` predicted labels.
+
+        Returns:
+            ``(B,)`` confidences in ``[0, 1]`` (float32, float64 for float64
+            features), not differentiable.
+        """
+        d = dist2.detach()
+        if d.dtype not in (torch.float32, torch.float64):
+            d = d.float()
+        same = self.labels[idx] == pred[:, None]
+        inf = torch.full_like(d, float("inf"))
+        d_same = torch.where(same, d, inf).amin(1)
+        # No other-class neighbour among the k: the nearest one is at least as
+        # far as the k-th neighbour, which gives a lower bound.
+        d_other = torch.minimum(torch.where(same, inf, d).amin(1), d[:, -1])
+        ratio = (d_same / d_other.clamp_min(torch.finfo(d.dtype).tiny)).clamp(0, 1)
+        conf = 1 - ratio.sqrt()
+        return torch.where(d_other > 0, conf, torch.zeros_like(conf))
+
+    # -------------------------------------------------------------- interface
+    def forward(self, query: torch.Tensor) -> torch.Tensor:
+        """Class scores of the k nearest gallery items.
+
+        Args:
+            query: ``(B, D)`` tensor with the gallery's D, dtype and device.
+
+        Returns:
+            ``(B, num_classes)`` weighted vote shares (each row sums to 1),
+            float32 (float64 for float64 features), differentiable with respect
+            to ``query`` and a gallery that requires grad.  For a training loss
+            use ``F.nll_loss(torch.log(scores.clamp_min(1e-12)), target)``.
+        """
+        dist2, idx = self._search("KNNClassifier.forward", query, self._k)
+        return self.vote(dist2, idx)
+
+    def predict_proba(self, query: torch.Tensor) -> torch.Tensor:
+        """Class probabilities ``(B, num_classes)``: the same tensor as ``forward``."""
+        return self(query)
+
+    def predict(self, query: torch.Tensor, *, return_confidence: bool = False):
+        """Predicted labels ``(B,)`` int64: the class with the highest score,
+        the lowest class index on ties.
+
+        With ``return_confidence=True`` returns ``(labels, confidence)`` from the
+        same search (see :meth:`confidence`).
+        """
+        dist2, idx = self._search("KNNClassifier.predict", query, self._k)
+        pred = self.vote(dist2, idx).argmax(1)
+        if return_confidence:
+            return pred, self.confidence_from_neighbors(dist2, idx, pred)
+        return pred
+
+    def confidence(self, query: torch.Tensor) -> torch.Tensor:
+        """``(B,)`` confidence in ``[0, 1]`` of :meth:`predict`: ``1 - sqrt(d_same / d_other)``.
+
+        See the class docstring for the definition.
+        """
+        return self.predict(query, return_confidence=True)[1]
+
+    # -------------------------------------------------------------- state_dict
+    def get_extra_state(self):
+        return {"version": _STATE_VERSION, "num_classes": self._num_classes, "metric": self._metric}
+
+    def set_extra_state(self, state) -> None:
+        if not isinstance(state, dict) or "num_classes" not in state or "metric" not in state:
+            raise ValueError(f"KNNClassifier.load_state_dict: unrecognised extra state {state!r}")
+        if state["metric"] != self._metric:
+            raise ValueError(
+                f"KNNClassifier.load_state_dict: the state_dict was saved with metric={state['metric']!r}, "
+                f"this classifier uses metric={self._metric!r}"
+            )
+        nc = state["num_classes"]
+        if isinstance(nc, bool) or not isinstance(nc, numbers.Integral) or nc < 1:
+            raise ValueError(f"KNNClassifier.load_state_dict: bad num_classes {nc!r} in the state_dict")
+        self._num_classes = int(nc)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        # A saved gallery may have any size N: resize our tensors to it before
+        # the default loader copies values in.  A different D is left alone so
+        # the default loader reports the mismatch.
+        fkey, lkey = prefix + "features", prefix + "labels"
+        f_in, l_in = state_dict.get(fkey), state_dict.get(lkey)
+        if isinstance(f_in, torch.Tensor) and isinstance(l_in, torch.Tensor):
+            cur = self.features
+            if f_in.dim() == 2 and f_in.shape[1] == cur.shape[1] and l_in.dim() == 1 and l_in.shape[0] == f_in.shape[0]:
+                n = f_in.shape[0]
+                fresh = torch.empty((n, cur.shape[1]), dtype=cur.dtype, device=cur.device)
+                if isinstance(cur, nn.Parameter):
+                    self._parameters["features"] = nn.Parameter(fresh, requires_grad=cur.requires_grad)
+                else:
+                    # Also drops any autograd graph the old buffer carried.
+                    self._buffers["features"] = fresh
+                self._buffers["labels"] = torch.empty((n,), dtype=torch.int64, device=self.labels.device)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)

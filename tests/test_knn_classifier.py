@@ -1,0 +1,414 @@
+"""pcgeom.nn.KNNClassifier against a float64 brute-force oracle (numpy) and
+scikit-learn's KNeighborsClassifier; gradients, state_dict, dtypes, errors, compile."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+
+import pcgeom
+from pcgeom.nn import KNNClassifier
+from conftest import lattice_cloud
+
+
+# ----------------------------------------------------------------- oracles
+def oracle_neighbors(query, gallery, k, metric="l2"):
+    """float64 numpy brute force; order (distance, gallery index) lexicographic."""
+    q = np.asarray(query, dtype=np.float64)
+    g = np.asarray(gallery, dtype=np.float64)
+    if metric == "cosine":
+        q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-300)
+        g = g / np.maximum(np.linalg.norm(g, axis=1, keepdims=True), 1e-300)
+    d2 = ((q[:, None, :] - g[None, :, :]) ** 2).sum(-1)
+    idx = np.empty((q.shape[0], k), dtype=np.int64)
+    for b in range(q.shape[0]):
+        idx[b] = np.lexsort((np.arange(g.shape[0]), d2[b]))[:k]
+    return np.take_along_axis(d2, idx, 1), idx
+
+
+def oracle_scores(d2, idx, labels, num_classes, weights, temperature=1.0):
+    labels = np.asarray(labels)
+    B, k = idx.shape
+    scores = np.zeros((B, num_classes))
+    for b in range(B):
+        d = d2[b]
+        if weights == "uniform":
+            w = np.full(k, 1.0 / k)
+        elif weights == "distance":
+            w = (d == 0).astype(float) if (d == 0).any() else 1 / np.sqrt(d)
+            w = w / w.sum()
+        else:
+            z = -d / temperature
+            w = np.exp(z - z.max())
+            w = w / w.sum()
+        for j in range(k):
+            scores[b, labels[idx[b, j]]] += w[j]
+    return scores
+
+
+def oracle_predict(scores):
+    return scores.argmax(1)  # numpy argmax: first maximum, the lowest class index
+
+
+def make_data(n_gallery=300, n_query=60, dim=8, n_classes=4, seed=0, dtype=torch.float64, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    feats = torch.randn(n_gallery, dim, generator=g, dtype=torch.float64)
+    labels = torch.randint(0, n_classes, (n_gallery,), generator=g)
+    # Shift each class a bit so the classes are learnable but overlapping.
+    feats += torch.randn(n_classes, dim, generator=g, dtype=torch.float64)[labels]
+    query = torch.randn(n_query, dim, generator=g, dtype=torch.float64) * 1.3
+    return feats.to(device, dtype), labels.to(device), query.to(device, dtype)
+
+
+# ---------------------------------------------------------- brute force
+@pytest.mark.parametrize("weights", ["uniform", "distance", "softmax"])
+@pytest.mark.parametrize("metric", ["l2", "cosine"])
+def test_matches_bruteforce(device, weights, metric):
+    feats, labels, query = make_data(device=device)
+    for k in (1, 4, 9):
+        clf = KNNClassifier(feats, labels, k=k, weights=weights, temperature=2.0, metric=metric)
+        od, oi = oracle_neighbors(query.cpu(), feats.cpu(), k, metric)
+        d, i = clf.kneighbors(query)
+        np.testing.assert_array_equal(i.cpu().numpy(), oi)
+        np.testing.assert_allclose(d.cpu().numpy(), od, rtol=1e-12, atol=1e-12)
+        osc = oracle_scores(od, oi, labels.cpu(), 4, weights, 2.0)
+        scores = clf(query)
+        assert scores.shape == (60, 4) and scores.dtype == torch.float64
+        np.testing.assert_allclose(scores.cpu().numpy(), osc, rtol=1e-10, atol=1e-12)
+        np.testing.assert_array_equal(clf.predict(query).cpu().numpy(), oracle_predict(osc))
+        assert torch.equal(clf.predict_proba(query), scores)
+
+
+def test_kneighbors_is_pcgeom_knn(device):
+    feats, labels, query = make_data(dtype=torch.float32, device=device)
+    clf = KNNClassifier(feats, labels, k=7)
+    d, i = clf.kneighbors(query)
+    rd, ri = pcgeom.knn(query[None], feats[None], 7)
+    assert torch.equal(i, ri[0]) and torch.equal(d, rd[0])  # bit-identical
+    # Also through the gradient path: same values.
+    d2, _ = clf.kneighbors(query.clone().requires_grad_(True))
+    assert torch.equal(d2.detach(), rd[0])
+    assert torch.equal(clf.kneighbors(query, k=3).idx, ri[0, :, :3])
+
+
+def test_ties_lower_gallery_index_and_lowest_class(device):
+    # Lattice gallery: many exact distance ties.  Labels chosen so that vote
+    # ties between classes are frequent with k = 2 and k = 4.
+    g = lattice_cloud(1, 4, D=2, dtype=torch.float64, device=device)[0]  # 16 points
+    labels = torch.tensor([3, 1, 2, 0] * 4, device=device)
+    q = torch.cat([g, g + 0.5, g[:4] + torch.tensor([0.5, 0.0], device=device, dtype=torch.float64)])
+    n_vote_ties = 0
+    for k in (1, 2, 4, 6):
+        clf = KNNClassifier(g, labels, k=k, num_classes=4)
+        od, oi = oracle_neighbors(q.cpu(), g.cpu(), k)
+        np.testing.assert_array_equal(clf.kneighbors(q).idx.cpu().numpy(), oi)
+        osc = oracle_scores(od, oi, labels.cpu(), 4, "uniform")
+        n_vote_ties += int(((osc == osc.max(1, keepdims=True)).sum(1) > 1).sum())
+        np.testing.assert_array_equal(clf.predict(q).cpu().numpy(), oracle_predict(osc))
+    assert n_vote_ties > 10  # the tie rule was really exercised
+
+
+# --------------------------------------------------------------- sklearn
+@pytest.mark.parametrize("weights", ["uniform", "distance", "softmax"])
+@pytest.mark.parametrize("k", [1, 4, 5])
+def test_matches_sklearn(weights, k):
+    neighbors = pytest.importorskip("sklearn.neighbors")
+    # Continuous random data: no two gallery items at the same distance from a
+    # query, so sklearn's neighbour order is ours.  Vote ties between classes
+    # still happen (k=4, uniform): both sides pick the lowest class index.
+    feats, labels, query = make_data(n_gallery=400, n_query=200, n_classes=3, seed=3)
+    T = 3.0
+    sk_weights = weights
+    if weights == "softmax":
+        def sk_weights(dist):  # sklearn passes Euclidean distances (n_queries, k)
+            z = -(dist**2) / T
+            w = np.exp(z - z.max(1, keepdims=True))
+            return w / w.sum(1, keepdims=True)
+    sk = neighbors.KNeighborsClassifier(n_neighbors=k, weights=sk_weights, algorithm="brute")
+    sk.fit(feats.numpy(), labels.numpy())
+    clf = KNNClassifier(feats, labels, k=k, weights=weights, temperature=T)
+    np.testing.assert_array_equal(clf.predict(query).numpy(), sk.predict(query.numpy()))
+    np.testing.assert_allclose(clf.predict_proba(query).numpy(), sk.predict_proba(query.numpy()), atol=1e-12)
+    if k == 4 and weights == "uniform":
+        p = sk.predict_proba(query.numpy())
+        assert ((p == p.max(1, keepdims=True)).sum(1) > 1).sum() > 5  # ties exercised
+
+
+def test_matches_sklearn_cosine():
+    neighbors = pytest.importorskip("sklearn.neighbors")
+    feats, labels, query = make_data(n_gallery=300, n_query=100, seed=5)
+    sk = neighbors.KNeighborsClassifier(n_neighbors=5, metric="cosine", algorithm="brute")
+    sk.fit(feats.numpy(), labels.numpy())
+    clf = KNNClassifier(feats, labels, k=5, metric="cosine")
+    np.testing.assert_array_equal(clf.predict(query).numpy(), sk.predict(query.numpy()))
+    # cosine: scale-invariant, and dist2 = 2 - 2 cos
+    assert torch.equal(clf.kneighbors(query * 7.5).idx, clf.kneighbors(query).idx)
+    d, i = clf.kneighbors(query)
+    cos = torch.nn.functional.cosine_similarity(query[:, None], feats[i], dim=-1)
+    torch.testing.assert_close(d, 2 - 2 * cos)
+
+
+# ------------------------------------------------------------- gradients
+@pytest.mark.parametrize("weights", ["softmax", "distance"])
+@pytest.mark.parametrize("metric", ["l2", "cosine"])
+def test_gradcheck(weights, metric):
+    feats, labels, query = make_data(n_gallery=40, n_query=6, dim=5, seed=7)
+    feats.requires_grad_(True)
+    query.requires_grad_(True)
+
+    def f(q, g):
+        return KNNClassifier(g, labels, k=4, weights=weights, temperature=1.5, metric=metric)(q)
+
+    assert torch.autograd.gradcheck(f, (query, feats))
+
+
+def test_gradients_match_dense_autograd(device):
+    feats, labels, query = make_data(n_gallery=80, n_query=10, device=device, seed=2)
+    feats = feats.requires_grad_(True)
+    query = query.requires_grad_(True)
+    target = torch.arange(10, device=device) % 4
+    clf = KNNClassifier(feats, labels, k=6, weights="softmax", temperature=4.0)
+    loss = torch.nn.functional.nll_loss(torch.log(clf(query).clamp_min(1e-12)), target)
+    gq, gg = torch.autograd.grad(loss, (query, feats))
+    # Dense reference: full distance matrix, same neighbours.
+    d2 = ((query[:, None] - feats[None]) ** 2).sum(-1)
+    _, idx = clf.kneighbors(query.detach())
+    w = torch.softmax(-d2.gather(1, idx) / 4.0, 1)
+    scores = torch.zeros(10, 4, dtype=w.dtype, device=device).scatter_add(1, labels[idx], w)
+    ref = torch.nn.functional.nll_loss(torch.log(scores.clamp_min(1e-12)), target)
+    rq, rg = torch.autograd.grad(ref, (query, feats))
+    torch.testing.assert_close(gq, rq)
+    torch.testing.assert_close(gg, rg)
+    assert (gg.abs().sum(1) > 0).sum() <= 60  # only selected rows get gradient
+
+
+def test_uniform_is_not_differentiable_and_buffers_do_not_train():
+    feats, labels, query = make_data(n_gallery=50, n_query=5, seed=1)
+    q = query.requires_grad_(True)
+    clf = KNNClassifier(feats, labels, k=3)
+    assert not clf(q).requires_grad  # piecewise constant: no graph, not a silent zero
+    assert clf.vote(*clf.kneighbors(q), weights="softmax").requires_grad
+    assert list(clf.parameters()) == [] and "features" in dict(clf.named_buffers())
+
+
+def test_parameter_gallery_is_trainable():
+    feats, labels, query = make_data(n_gallery=30, n_query=8, seed=4)
+    clf = KNNClassifier(torch.nn.Parameter(feats.clone()), labels, k=3, weights="softmax", metric="cosine")
+    assert [n for n, _ in clf.named_parameters()] == ["features"]
+    clf(query)[:, 1].sum().backward()
+    assert clf.features.grad is not None and clf.features.grad.abs().sum() > 0
+    with pytest.raises(TypeError, match="nn.Parameter"):
+        clf.add(feats[:2], labels[:2])
+    sd = clf.state_dict()
+    fresh = KNNClassifier(torch.nn.Parameter(torch.zeros(1, 8, dtype=torch.float64)), [0], k=3,
+                          weights="softmax", metric="cosine")
+    fresh.load_state_dict(sd)
+    assert isinstance(fresh.features, torch.nn.Parameter)
+    assert torch.equal(fresh(query), clf(query))
+
+
+def test_support_embeddings_get_gradient():
+    # The end-to-end pattern: the gallery is this step's support embeddings.
+    torch.manual_seed(0)
+    net = torch.nn.Linear(8, 4, dtype=torch.float64)
+    feats, labels, query = make_data(n_gallery=64, n_query=16, seed=6)
+    clf = KNNClassifier(net(feats), labels, k=5, weights="softmax")
+    loss = -torch.log(clf(net(query)).clamp_min(1e-12))[:, 0].mean()
+    loss.backward()
+    assert net.weight.grad is not None and net.weight.grad.abs().sum() > 0
+    assert clf.state_dict()["features"].requires_grad is False
+
+
+# ------------------------------------------------------------ state_dict
+def test_state_dict_round_trip_with_grown_gallery(device):
+    feats, labels, query = make_data(dtype=torch.float32, device=device)
+    clf = KNNClassifier(feats[:100], labels[:100], k=5, weights="distance", num_classes=6)
+    clf.add(feats[100:], labels[100:])
+    buf = io.BytesIO()
+    torch.save(clf.state_dict(), buf)
+    buf.seek(0)
+    sd = torch.load(buf, weights_only=True)
+    fresh = KNNClassifier(torch.zeros(7, 8, device=device), torch.zeros(7, dtype=torch.long), k=5,
+                          weights="distance")
+    assert fresh.num_classes == 1
+    fresh.load_state_dict(sd)
+    assert len(fresh) == 300 and fresh.num_classes == 6
+    assert torch.equal(fresh.features, feats) and torch.equal(fresh.labels, labels)
+    assert torch.equal(fresh(query), clf(query))
+    # ... and into an empty one
+    empty = KNNClassifier(torch.zeros(0, 8, device=device), torch.zeros(0, dtype=torch.long), k=5, num_classes=2,
+                          weights="distance")
+    empty.load_state_dict(sd)
+    assert torch.equal(empty.predict(query), clf.predict(query))
+
+
+def test_state_dict_mismatches():
+    feats, labels, _ = make_data(dtype=torch.float32)
+    sd = KNNClassifier(feats, labels).state_dict()
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        KNNClassifier(torch.zeros(3, 5), [0, 1, 2]).load_state_dict(sd)
+    with pytest.raises(ValueError, match="metric='l2'"):
+        KNNClassifier(feats, labels, metric="cosine").load_state_dict(sd)
+
+
+def test_to_dtype_and_half(device):
+    feats, labels, query = make_data(dtype=torch.float32, device=device)
+    clf = KNNClassifier(feats, labels, k=5)
+    ref = clf.predict(query)
+    clf64 = clf.to(torch.float64)
+    assert clf64.features.dtype == torch.float64 and clf64.labels.dtype == torch.int64
+    assert torch.equal(clf64.predict(query.double()), ref)
+    with pytest.raises(TypeError, match="query must have the gallery's dtype torch.float64, got torch.float32"):
+        clf64(query)
+
+
+# ---------------------------------------------------------------- growing
+def test_add_equals_building_at_once(device):
+    feats, labels, query = make_data(device=device)
+    whole = KNNClassifier(feats, labels, k=6, weights="softmax", metric="cosine")
+    grown = KNNClassifier(feats[:10], labels[:10], k=6, weights="softmax", metric="cosine", num_classes=4)
+    with pytest.raises(ValueError, match="k=6 is larger than the gallery"):
+        KNNClassifier(feats[:5], labels[:5], k=6, num_classes=4)(query)
+    for s in range(10, 300, 70):
+        grown.add(feats[s:s + 70], labels[s:s + 70])
+    assert len(grown) == 300
+    torch.testing.assert_close(grown.features, whole.features, rtol=0, atol=0)
+    assert torch.equal(grown(query), whole(query))
+    # duplicates added later lose distance ties
+    grown.add(feats[:3], labels[:3])
+    assert grown.kneighbors(feats[:3]).idx[:, 0].tolist() == [0, 1, 2]
+
+
+# ------------------------------------------------------------ half dtypes
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision(device, dtype):
+    feats, labels, query = make_data(n_gallery=200, n_query=50, dim=16, device=device, seed=9)
+    # Large magnitudes: squared distances ~1e6 overflow float16 (max 65504).
+    feats, query = (feats * 60).to(dtype), (query * 60).to(dtype)
+    clf = KNNClassifier(feats, labels, k=5, weights="distance")
+    d, i = clf.kneighbors(query)
+    assert d.dtype == torch.float32 and torch.isfinite(d).all() and d.max() > 65504
+    od, oi = oracle_neighbors(query.cpu().double(), feats.cpu().double(), 5)
+    # the half values are exact in float64; float32 accumulation can only swap near-ties
+    assert (i.cpu().numpy() == oi).mean() > 0.98
+    np.testing.assert_allclose(d.cpu().numpy(), np.take_along_axis(
+        ((query.cpu().double()[:, None] - feats.cpu().double()[None]) ** 2).sum(-1).numpy(), i.cpu().numpy(), 1),
+        rtol=1e-6)
+    scores = clf(query)
+    assert scores.dtype == torch.float32
+    osc = oracle_scores(od, oi, labels.cpu(), 4, "distance")
+    assert (clf.predict(query).cpu().numpy() == oracle_predict(osc)).mean() > 0.97
+    # gradient through a half query
+    q = query.clone().requires_grad_(True)
+    clf.weights = "softmax"
+    clf.temperature = 1e4
+    clf(q)[:, 0].sum().backward()
+    assert q.grad.dtype == dtype and torch.isfinite(q.grad.float()).all() and q.grad.float().abs().sum() > 0
+
+
+# -------------------------------------------------------------- confidence
+def test_confidence_definition():
+    g = torch.tensor([[0.0], [1.0], [2.0], [10.0], [11.0]])
+    labels = torch.tensor([0, 0, 1, 1, 1])
+    clf = KNNClassifier(g, labels, k=3)
+    q = torch.tensor([[0.0], [0.5], [1.4], [10.2]])
+    pred, conf = clf.predict(q, return_confidence=True)
+    assert pred.tolist() == [0, 0, 0, 1]
+    # q=0: nearest same d2=0            -> 1
+    # q=0.5: same 0.25, other 2.25      -> 1 - sqrt(0.25/2.25) = 2/3
+    # q=1.4: vote {0,0,1} -> 0; same .16, other .36 -> 1 - 0.4/0.6 = 1/3
+    # q=10.2: all three agree; other-class lower bound = 3rd distance (8.2^2)
+    expected = [1.0, 2 / 3, 1 / 3, 1 - 0.2 / 8.2]
+    torch.testing.assert_close(conf, torch.tensor(expected))
+    assert torch.equal(clf.confidence(q), conf)
+    clf.k = 1
+    assert torch.equal(clf.confidence(q), torch.zeros(4))
+
+
+# ----------------------------------------------------------------- errors
+def test_errors():
+    f = torch.randn(10, 4)
+    y = torch.arange(10) % 3
+    with pytest.raises(ValueError, match=r"labels must have shape \(10,\), one label per feature row, got \(9,\)"):
+        KNNClassifier(f, y[:9])
+    with pytest.raises(TypeError, match="labels must hold integer class indices.*got dtype torch.float32"):
+        KNNClassifier(f, y.float())
+    with pytest.raises(TypeError, match="labels must hold integer class indices.*torch.bool"):
+        KNNClassifier(f, y > 0)
+    with pytest.raises(TypeError, match=r"features must be a torch.Tensor of shape \(N, D\), got ndarray"):
+        KNNClassifier(f.numpy(), y)
+    with pytest.raises(ValueError, match=r"features must have shape \(N, D\), got \(10, 4, 1\)"):
+        KNNClassifier(f[..., None], y)
+    with pytest.raises(TypeError, match="features must be float16, bfloat16, float32 or float64, got torch.int64"):
+        KNNClassifier(y[:, None].repeat(1, 4), y)
+    with pytest.raises(ValueError, match=r"labels must be class indices in \[0, num_classes=2\), got labels\[2\]=2"):
+        KNNClassifier(f, y, num_classes=2)
+    with pytest.raises(ValueError, match=r"labels\[3\]=-1"):
+        KNNClassifier(f, torch.tensor([0, 1, 2, -1, 0, 0, 0, 0, 0, 0]))
+    with pytest.raises(ValueError, match="num_classes must be given when the gallery is empty"):
+        KNNClassifier(f[:0], y[:0])
+    with pytest.raises(ValueError, match="num_classes must be >= 1, got 0"):
+        KNNClassifier(f, y, num_classes=0)
+    with pytest.raises(ValueError, match=r"weights must be one of \('uniform', 'distance', 'softmax'\), got 'gaussian'"):
+        KNNClassifier(f, y, weights="gaussian")
+    with pytest.raises(ValueError, match=r"metric must be one of \('l2', 'cosine'\), got 'L1'"):
+        KNNClassifier(f, y, metric="L1")
+    with pytest.raises(TypeError, match="metric must be one of"):
+        KNNClassifier(f, y, metric=None)
+    with pytest.raises(TypeError, match="k must be an int, got float 2.0"):
+        KNNClassifier(f, y, k=2.0)
+    with pytest.raises(ValueError, match="k must be >= 1, got 0"):
+        KNNClassifier(f, y, k=0)
+    with pytest.raises(ValueError, match="temperature must be a finite float > 0, got 0.0"):
+        KNNClassifier(f, y, temperature=0.0)
+
+    clf = KNNClassifier(f, y, k=3)
+    with pytest.raises(ValueError, match=r"forward: query must have shape \(B, D\) with the gallery's D=4, got \(2, 5\)"):
+        clf(torch.randn(2, 5))
+    with pytest.raises(ValueError, match=r"query must have shape \(B, 4\), got \(4,?\)"):
+        clf(torch.randn(4))
+    with pytest.raises(TypeError, match="query must have the gallery's dtype torch.float32, got torch.float64"):
+        clf.predict(torch.randn(2, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"kneighbors: k=11 is larger than the gallery \(10 items\)"):
+        clf.kneighbors(torch.randn(2, 4), k=11)
+    clf.k = 12
+    with pytest.raises(ValueError, match=r"forward: k=12 is larger than the gallery \(10 items\)"):
+        clf(torch.randn(2, 4))
+    with pytest.raises(ValueError, match="weights must be one of"):
+        clf.weights = "linear"
+    with pytest.raises(ValueError, match=r"add: features must have shape \(n, 4\) to match the gallery, got \(2, 3\)"):
+        clf.add(torch.randn(2, 3), [0, 1])
+    with pytest.raises(TypeError, match="add: features must have the gallery's dtype torch.float32, got torch.float16"):
+        clf.add(torch.randn(2, 4).half(), [0, 1])
+    with pytest.raises(ValueError, match=r"add: labels must have shape \(2,\)"):
+        clf.add(torch.randn(2, 4), [0, 1, 2])
+    with pytest.raises(ValueError, match=r"add: labels must be class indices in \[0, num_classes=3\), got labels\[1\]=7"):
+        clf.add(torch.randn(2, 4), [0, 7])
+    with pytest.raises(TypeError, match="add: labels must hold integer class indices"):
+        clf.add(torch.randn(2, 4), [0.5, 1.0])
+    assert len(clf) == 10  # failed adds changed nothing
+
+
+def test_empty_query_batch():
+    clf = KNNClassifier(torch.randn(10, 4), torch.arange(10) % 3, k=3)
+    assert clf(torch.zeros(0, 4)).shape == (0, 3)
+    assert clf.predict(torch.zeros(0, 4)).shape == (0,)
+
+
+# ------------------------------------------------------------------ compile
+@pytest.mark.parametrize("weights", ["softmax"])
+def test_torch_compile_fullgraph(device, weights):
+    feats, labels, query = make_data(n_gallery=200, n_query=32, dtype=torch.float32, device=device)
+    clf = KNNClassifier(feats, labels, k=5, weights=weights, temperature=3.0)
+    compiled = torch.compile(clf, fullgraph=True)
+    torch.testing.assert_close(compiled(query), clf(query))
+    # autograd through the compiled graph (aot_eager: tracing + fake kernels, no codegen)
+    q = query.clone().requires_grad_(True)
+    out = torch.compile(clf, fullgraph=True, backend="aot_eager")(q)
+    (g,) = torch.autograd.grad(out[:, 0].sum(), q)
+    q2 = query.clone().requires_grad_(True)
+    (ref,) = torch.autograd.grad(clf(q2)[:, 0].sum(), q2)
+    torch.testing.assert_close(g, ref)
