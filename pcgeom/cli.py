@@ -54,26 +54,250 @@ def _doctor(args) -> int:
     return 0
 
 
-def _demo(args) -> int:
+def _device(name: str):
     import torch
 
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"pcgeom: --device {name}: CUDA is not available in this torch ({torch.__version__})")
+    return dev
+
+
+def _backend_line(device) -> str:
     import pcgeom
 
-    torch.manual_seed(0)
     info = pcgeom.backend_info()
-    backend = "native " + "/".join(info["native_devices"]) if info["extension_loaded"] else "pure-torch"
-    pts = torch.rand(2, 2048, 3)
+    native = set(info["native_devices"])
+    if device.type in native:
+        where = f"native {device.type.upper()} kernels"
+    elif info["disabled_by_env"]:
+        where = "pure-torch reference path (PCGEOM_DISABLE_EXT=1)"
+    else:
+        where = f"pure-torch reference path (no native {device.type.upper()} kernels; `pcgeom doctor` says why)"
+    return f"{where}, torch {info['torch_version']}, device {device}"
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn, device, repeat: int = 5):
+    """(result, median seconds) after one untimed warm-up call."""
+    fn()
+    _sync(device)
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return out, sorted(times)[len(times) // 2]
+
+
+def _patch_labels(n_points: int, idx):
+    """Per-point patch number (-1 = in no patch; where patches overlap the later one wins)."""
+    import torch
+
+    labels = torch.full((n_points,), -1, dtype=torch.int32)
+    g = torch.arange(idx.shape[0], dtype=torch.int32)[:, None].expand_as(idx)
+    valid = idx >= 0
+    labels[idx[valid]] = g[valid]  # later patches are written last
+    return labels
+
+
+def _labelled_colors(labels):
+    import torch
+
+    from pcgeom.vis import patch_colors
+
+    palette = torch.from_numpy(patch_colors(int(labels.max()) + 1 if len(labels) else 0) * 255).round().to(torch.uint8)
+    colors = torch.full((len(labels), 3), 204, dtype=torch.uint8)
+    member = labels >= 0
+    colors[member] = palette[labels[member].long()]
+    return colors
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT such as 1024x768, got {text!r}") from None
+    return w, h
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    return v
+
+
+def _demo(args) -> int:
+    from pathlib import Path
+
+    import pcgeom
+    import pcgeom.data
+    from pcgeom.io import write_ply
+    from pcgeom.vis import render_neighbourhoods
+
+    out = Path(args.out)
+    ply_path = out / f"{args.scan}_patches.ply"
+    png_path = out / f"{args.scan}_patches.png"
+    existing = [str(p) for p in (ply_path, png_path) if p.exists()]
+    if existing and not args.overwrite:
+        print(
+            f"pcgeom demo: {' and '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; "
+            f"pass --overwrite to replace, or --out OTHER_DIR",
+            file=sys.stderr,
+        )
+        return 1
+    device = _device(args.device)
+    print(f"pcgeom {pcgeom.__version__} demo")
+    print(f"backend   {_backend_line(device)}")
+
     t0 = time.perf_counter()
-    centers = pcgeom.farthest_point_sample(pts, 8)
-    t1 = time.perf_counter()
-    cpts = torch.gather(pts, 1, centers[..., None].expand(-1, -1, 3))
-    dist2, idx = pcgeom.knn(cpts, pts, k=4)
-    t2 = time.perf_counter()
-    print(f"pcgeom demo on a random cloud (2 x 2048 points), backend: {backend}")
-    print(f"farthest_point_sample: 8 centres per cloud in {1e3 * (t1 - t0):.2f} ms -> {centers[0].tolist()}")
-    print(f"knn: 4 neighbours of each centre in {1e3 * (t2 - t1):.2f} ms")
-    for g in range(3):
-        print(f"  centre {centers[0, g].item():5d}: neighbours {idx[0, g].tolist()} dist2 {[round(v, 5) for v in dist2[0, g].tolist()]}")
+    full = pcgeom.data.path(args.scan)
+    points, normals = pcgeom.data.load(args.scan, n_points=args.n_points, seed=args.seed, return_normals=True)
+    t_load = time.perf_counter() - t0
+    n_total = len(pcgeom.data.load(args.scan))
+    G, k = args.centers, args.k
+    if G > len(points) or k > len(points):
+        print(f"pcgeom demo: --centers {G} and --k {k} must not exceed the {len(points)} points", file=sys.stderr)
+        return 1
+    print(f"data      {args.scan}: {len(points):,} of {n_total:,} points ({full.name}, bundled), loaded in {1e3 * t_load:.1f} ms")
+
+    batch = points.to(device)[None]
+    centre_idx, t_fps = _timed(lambda: pcgeom.farthest_point_sample(batch, G), device)
+    centres = batch[0, centre_idx[0]][None]
+    _, t_knn = _timed(lambda: pcgeom.knn(centres, batch, k), device)
+    (_, ctr, _, idx), t_group = _timed(lambda: pcgeom.group_patches(batch, G, k, return_index=True), device)
+    print(f"group     {G} patches x {k} neighbours (median of 5 runs after a warm-up):")
+    print(f"            farthest_point_sample  {1e3 * t_fps:8.2f} ms   ({G} centres of {len(points):,} points)")
+    print(f"            knn                    {1e3 * t_knn:8.2f} ms   ({k} neighbours of each centre)")
+    print(f"            group_patches          {1e3 * t_group:8.2f} ms   (both + gather, as Point-MAE's Group)")
+
+    out.mkdir(parents=True, exist_ok=True)
+    idx_cpu, ctr_cpu = idx[0].cpu(), ctr[0].cpu()
+    labels = _patch_labels(len(points), idx_cpu)
+    t0 = time.perf_counter()
+    write_ply(ply_path, points, colors=_labelled_colors(labels), normals=normals,
+              properties={"patch": labels}, overwrite=args.overwrite)
+    t_ply = time.perf_counter() - t0
+    print(f"wrote     {ply_path}  ({len(points):,} points coloured by patch, 'patch' property) in {1e3 * t_ply:.1f} ms")
+    t0 = time.perf_counter()
+    try:
+        rendered = render_neighbourhoods(points, ctr_cpu, idx_cpu, png_path, size=args.size, backend=args.renderer,
+                                         overwrite=args.overwrite)
+    except (ImportError, RuntimeError) as exc:
+        print(f"pcgeom demo: no picture: {exc}", file=sys.stderr)
+        return 1
+    t_png = time.perf_counter() - t0
+    how = "Open3D, offscreen" if rendered.backend == "open3d" else "matplotlib (Agg)"
+    if rendered.backend == "matplotlib" and args.renderer == "auto":
+        how += '; pip install "pcgeom[vis]" for Open3D'
+    print(f"wrote     {png_path}  ({args.size[0]}x{args.size[1]}, {how}) in {1e3 * t_png:.0f} ms")
+    return 0
+
+
+def _collect_inputs(inputs):
+    """(source path, output stem relative to --out) for every PLY file; plus (input, error) for bad inputs."""
+    from pathlib import Path
+
+    found, errors = [], []
+    for raw in inputs:
+        p = Path(raw)
+        if p.is_dir():
+            files = sorted(q for q in p.rglob("*") if q.is_file() and q.suffix.lower() == ".ply")
+            if not files:
+                errors.append((raw, "folder holds no .ply files"))
+            found += [(q, q.relative_to(p).with_suffix("")) for q in files]
+        elif p.is_file():
+            found.append((p, Path(p.stem)))
+        else:
+            errors.append((raw, "no such file or folder"))
+    return found, errors
+
+
+def _group(args) -> int:
+    from pathlib import Path
+
+    import torch
+    from tqdm import tqdm
+
+    import pcgeom
+    from pcgeom.io import read_ply, write_ply
+    from pcgeom.vis import render_neighbourhoods
+
+    device = _device(args.device)
+    if args.png and args.renderer == "open3d":
+        try:
+            import open3d  # noqa: F401
+        except ImportError as exc:
+            print(f'pcgeom group: --renderer open3d needs Open3D: pip install "pcgeom[vis]" ({exc})', file=sys.stderr)
+            return 1
+    out = Path(args.out)
+    files, failures = _collect_inputs(args.inputs)
+    if not files:
+        for name, why in failures:
+            print(f"pcgeom group: {name}: {why}", file=sys.stderr)
+        print("pcgeom group: no PLY files to process", file=sys.stderr)
+        return 1
+    seen: dict[Path, Path] = {}
+    done = 0
+    for src, stem in tqdm(files, desc="grouping", unit="file", disable=None, file=sys.stderr):
+        base = out / stem.parent / f"{stem.name}_patches"
+        targets = [base.with_suffix(".ply"), base.with_suffix(".pt")] + ([base.with_suffix(".png")] if args.png else [])
+        if base in seen:
+            failures.append((str(src), f"its outputs {base}.* would collide with those of {seen[base]}; process them separately"))
+            continue
+        seen[base] = src
+        existing = [str(t) for t in targets if t.exists()]
+        if existing and not args.overwrite:
+            failures.append((str(src), f"output exists: {', '.join(existing)} (pass --overwrite to replace)"))
+            continue
+        created = []
+        try:
+            cloud = read_ply(src)
+            pts = cloud.points
+            if not torch.isfinite(pts).all():
+                raise ValueError(f"{int((~torch.isfinite(pts).all(1)).sum())} points have NaN or infinite coordinates")
+            if len(pts) < max(args.centers, args.k):
+                raise ValueError(f"{len(pts)} points, fewer than --centers {args.centers} / --k {args.k}")
+            nbhd, ctr, cidx, idx = pcgeom.group_patches(pts.to(device)[None], args.centers, args.k, return_index=True)
+            idx0, ctr0 = idx[0].cpu(), ctr[0].cpu()
+            base.parent.mkdir(parents=True, exist_ok=True)
+            labels = _patch_labels(len(pts), idx0)
+            created.append(write_ply(targets[0], pts, colors=_labelled_colors(labels), normals=cloud.normals,
+                                     properties={"patch": labels}, overwrite=args.overwrite))
+            result = {"centers": ctr0, "center_idx": cidx[0].cpu(), "idx": idx0, "neighborhoods": nbhd[0].cpu()}
+            with open(targets[1], "wb" if args.overwrite else "xb") as f:
+                created.append(targets[1])
+                torch.save(result, f)
+            if args.png:
+                created.append(render_neighbourhoods(pts, ctr0, idx0, targets[2], backend=args.renderer,
+                                                     overwrite=args.overwrite).path)
+            done += 1
+        except (ValueError, TypeError, OSError, RuntimeError) as exc:
+            why = str(exc)
+            prefix = f"read_ply: {src}: "
+            failures.append((str(src), why[len(prefix):] if why.startswith(prefix) else why))
+            for c in created:  # leave nothing half-made behind
+                Path(c).unlink(missing_ok=True)
+    print(f"pcgeom group: {done} of {len(files)} file{'s' if len(files) != 1 else ''} grouped into {out} "
+          f"({args.centers} patches x {args.k} neighbours; {_backend_line(device)})")
+    if failures:
+        print(f"pcgeom group: {len(failures)} failed:", file=sys.stderr)
+        for name, why in failures:
+            print(f"  {name}: {why}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -93,9 +317,44 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="run the benchmark workloads against the installed peers", add_help=False)
     p.add_argument("bench_args", nargs=argparse.REMAINDER)
     p.set_defaults(func=_bench)
-    p = sub.add_parser("demo", help="run the demo")
-    p.add_argument("--out", default="pcgeom-demo", help="output folder")
+    p = sub.add_parser(
+        "demo",
+        help="group a bundled real scan into patches; write a coloured PLY and a PNG picture",
+        description="Loads a bundled scan (the Stanford Bunny by default), splits it into patches with "
+        "farthest point sampling + KNN (pcgeom.group_patches), prints timings and the backend in use, and "
+        "writes OUT/<scan>_patches.ply (points coloured by patch) and OUT/<scan>_patches.png (the picture).",
+    )
+    p.add_argument("--out", default="pcgeom-demo", help="output folder (default: pcgeom-demo)")
+    p.add_argument("--overwrite", action="store_true", help="replace outputs left by an earlier run")
+    p.add_argument("--scan", default="bunny", choices=["armadillo", "bunny", "chinese_dragon", "kitten"],
+                   help="bundled scan (default: bunny)")
+    p.add_argument("--n-points", type=_positive, default=16384, help="points drawn from the scan (default: 16384)")
+    p.add_argument("--centers", type=_positive, default=32, help="number of patches G (default: 32)")
+    p.add_argument("--k", type=_positive, default=256, help="neighbours per patch (default: 256)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the point subset (default: 0)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda when available)")
+    p.add_argument("--renderer", default="auto", choices=["auto", "open3d", "matplotlib"],
+                   help="picture backend (default: Open3D when installed, else matplotlib)")
+    p.add_argument("--size", type=_size, default=(1024, 768), help="picture size WIDTHxHEIGHT (default: 1024x768)")
     p.set_defaults(func=_demo)
+    p = sub.add_parser(
+        "group",
+        help="group PLY files into patches (FPS + KNN); write coloured PLYs, tensors and optional PNGs",
+        description="For every INPUT (a .ply file, or a folder searched recursively for .ply files) writes "
+        "OUT/<name>_patches.ply (the points coloured by patch, with a 'patch' property), OUT/<name>_patches.pt "
+        "(torch.load-able dict of centers (G,3), center_idx (G,), idx (G,k), neighborhoods (G,k,3)) and with "
+        "--png OUT/<name>_patches.png.  Existing outputs are never replaced without --overwrite.  A bad file is "
+        "reported and skipped; the exit status is 1 if any file failed.",
+    )
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="PLY files or folders of PLY files")
+    p.add_argument("--centers", type=_positive, required=True, help="number of patches G per cloud")
+    p.add_argument("--k", type=_positive, required=True, help="neighbours per patch")
+    p.add_argument("--out", required=True, help="output folder (created if needed)")
+    p.add_argument("--png", action="store_true", help="also render a picture of each cloud's patches")
+    p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    p.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda when available)")
+    p.add_argument("--renderer", default="auto", choices=["auto", "open3d", "matplotlib"], help="picture backend for --png")
+    p.set_defaults(func=_group)
     return parser
 
 
