@@ -207,15 +207,21 @@ def _demo(args) -> int:
     return 0
 
 
-def _collect_inputs(inputs):
-    """(source path, output stem relative to --out) for every PLY file; plus (input, error) for bad inputs."""
+def _collect_inputs(inputs, out):
+    """(source path, output stem relative to --out) for every PLY file; plus (input, error) for bad inputs.
+
+    Files inside ``out`` are skipped, so ``pcgeom group scans/ --out scans/patches`` can be rerun
+    without grouping its own outputs.
+    """
     from pathlib import Path
 
+    out = Path(out).resolve()
     found, errors = [], []
     for raw in inputs:
         p = Path(raw)
         if p.is_dir():
-            files = sorted(q for q in p.rglob("*") if q.is_file() and q.suffix.lower() == ".ply")
+            files = sorted(q for q in p.rglob("*") if q.is_file() and q.suffix.lower() == ".ply"
+                           and not q.resolve().is_relative_to(out))
             if not files:
                 errors.append((raw, "folder holds no .ply files"))
             found += [(q, q.relative_to(p).with_suffix("")) for q in files]
@@ -244,7 +250,7 @@ def _group(args) -> int:
             print(f'pcgeom group: --renderer open3d needs Open3D: pip install "pcgeom[vis]" ({exc})', file=sys.stderr)
             return 1
     out = Path(args.out)
-    files, failures = _collect_inputs(args.inputs)
+    files, failures = _collect_inputs(args.inputs, out)
     if not files:
         for name, why in failures:
             print(f"pcgeom group: {name}: {why}", file=sys.stderr)

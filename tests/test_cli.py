@@ -155,3 +155,22 @@ def test_python_dash_m(tmp_path):
 def test_doctor_still_works(capsys):
     assert main(["doctor"]) == 0
     assert "native library" in capsys.readouterr().out
+
+
+def test_group_output_inside_input_folder(tmp_path, capsys):
+    src = tmp_path / "scans"
+    src.mkdir()
+    shutil.copy(pcgeom.data.path("kitten"), src / "k.ply")
+    args = ["group", str(src), "--centers", "4", "--k", "8", "--out", str(src / "patches")]
+    assert main(args) == 0
+    assert main([*args, "--overwrite"]) == 0  # its own outputs are not inputs
+    assert sorted(p.name for p in (src / "patches").iterdir()) == ["k_patches.ply", "k_patches.pt"]
+    assert "1 of 1 file grouped" in capsys.readouterr().out
+
+
+def test_demo_scan_choices_are_the_bundled_scans():
+    from pcgeom.cli import build_parser
+
+    demo = build_parser()._subparsers._group_actions[0].choices["demo"]
+    scan = next(a for a in demo._actions if a.dest == "scan")
+    assert sorted(scan.choices) == pcgeom.data.names()
