@@ -94,6 +94,24 @@ def test_kneighbors_is_pcgeom_knn(device):
     assert torch.equal(clf.kneighbors(query, k=3).idx, ri[0, :, :3])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_chunked_search_is_one_search(device, dtype):
+    # Lattice gallery with duplicates and a NaN row, searched in slices of 7
+    # rows: the merged answer must be bit-identical to one pcgeom.knn call.
+    g = lattice_cloud(1, 5, dtype=dtype, device=device)[0]
+    g = torch.cat([g, g[:30], torch.full((1, 3), float("nan"), dtype=dtype, device=device), g[30:40]])
+    labels = torch.arange(g.shape[0], device=device) % 5
+    q = torch.cat([g[:25], g[:20] + 0.5])
+    q = q[torch.isfinite(q).all(1)]
+    clf = KNNClassifier(g, labels, k=1)
+    clf.search_chunk_bytes = 7 * 3 * torch.finfo(dtype).bits // 8
+    for k in (1, 6, 27, g.shape[0]):
+        d, i = clf.kneighbors(q, k=k)
+        rd, ri = pcgeom.knn(q[None], g[None], k)
+        assert torch.equal(i, ri[0]), k
+        torch.testing.assert_close(d, rd[0], rtol=0, atol=0, equal_nan=True)
+
+
 def test_ties_lower_gallery_index_and_lowest_class(device):
     # Lattice gallery: many exact distance ties.  Labels chosen so that vote
     # ties between classes are frequent with k = 2 and k = 4.

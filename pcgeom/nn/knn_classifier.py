@@ -138,6 +138,12 @@ class KNNClassifier(nn.Module):
     Only the ``k`` selected gallery rows enter the graph, so a backward pass
     through a large buffer gallery costs ``O(B k D)``.
 
+    **Memory.**  The gallery is searched in slices of ``search_chunk_bytes``
+    (32 MiB by default: 65,536 rows of 128 float32 features) whose results are
+    merged exactly; no ``B x N`` matrix is formed, and whatever working copies
+    the search kernel makes are bounded by the slice.  Measured on CPU: about
+    65 MiB beyond the gallery for a search over ``10**6 x 128`` float32.
+
     **Precision.**  float16/bfloat16 features are searched with float32
     accumulation; distances, weights and scores are float32 (float64 for float64
     features).  For float16/bfloat16 the distances to the selected neighbours are
@@ -190,6 +196,12 @@ class KNNClassifier(nn.Module):
 
     features: torch.Tensor
     labels: torch.Tensor
+
+    #: The gallery is searched in slices of at most this many bytes (counted in
+    #: the accumulation dtype), so the memory a search needs beyond the gallery
+    #: itself stays a small multiple of this plus ``O(B k)``, whatever N is.
+    #: Set it on an instance to trade memory for fewer kernel calls.
+    search_chunk_bytes: int = 32 * 2**20
 
     def __init__(
         self,
@@ -340,6 +352,31 @@ class KNNClassifier(nn.Module):
             raise ValueError(f"{fn}: query must be on the gallery's device {g.device}, got {query.device}")
         return self._normalized(query)
 
+    def _select(self, q: torch.Tensor, g: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """pcgeom.knn over gallery slices of at most ``search_chunk_bytes``, merged.
+
+        A search kernel may keep per-call copies of the points it searches (a
+        transposed or float32 copy): slicing bounds them by the chunk, whatever
+        the gallery size.  Each slice's results are sorted by (distance, index)
+        and the slices are in index order, so a stable sort of the concatenation
+        by distance is the (distance, global index) order of one big search:
+        the answer is bit-identical.
+        """
+        n, D = g.shape
+        rows = max(k, self.search_chunk_bytes // (D * torch.finfo(_acc_dtype(g.dtype)).bits // 8))
+        if n <= rows:
+            d, i = knn(q[None], g[None], k)
+            return d[0], i[0]
+        ds, ids = [], []
+        for s in range(0, n, rows):
+            e = min(n, s + rows)
+            d, i = knn(q[None], g[None, s:e], min(k, e - s))
+            ds.append(d[0])
+            ids.append(i[0] + s)
+        d, i = torch.cat(ds, 1), torch.cat(ids, 1)
+        order = torch.sort(d, dim=1, stable=True).indices[:, :k]  # NaN sorts last, as in pcgeom.knn
+        return d.gather(1, order), i.gather(1, order)
+
     def _search(self, fn: str, query, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         q = self._check_query(fn, query)
         g = self._gallery()
@@ -352,8 +389,7 @@ class KNNClassifier(nn.Module):
         # Select on detached tensors: pcgeom.knn's backward would build a dense
         # (N, D) gradient for the whole gallery; the few selected rows are
         # gathered below instead.
-        d_sel, idx = knn(q.detach()[None], g.detach()[None], k)
-        d_sel, idx = d_sel[0], idx[0]
+        d_sel, idx = self._select(q.detach(), g.detach(), k)
         acc = _acc_dtype(q.dtype)
         half = q.dtype in (torch.float16, torch.bfloat16)
         needs_grad = torch.is_grad_enabled() and (q.requires_grad or g.requires_grad)
