@@ -1,0 +1,103 @@
+// Host and device plumbing shared by every pcgeom CUDA kernel (stable ABI only:
+// no ATen headers, so one binary keeps working across torch releases).
+//
+//   * current_stream(): the caller's current CUDA stream, from the C shim;
+//   * check_launch() / PCGEOM_CUDA_CHECK: every launch and runtime call is
+//     checked and turned into a Python RuntimeError naming the op -- never exit();
+//   * check_same_cuda(): every tensor argument is on the device of the first one
+//     (a CPU lengths tensor read from a kernel would be an illegal access);
+//   * clamp_len(): lengths read on the device are clamped into [0, n] so that a
+//     direct torch.ops call with bad values can never read out of bounds (the
+//     Python wrappers reject such values with a clear error first).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <limits>
+#include <string>
+
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/util/Exception.h>
+
+#include "common/pcgeom_common.h"
+
+namespace pcgeom {
+namespace cuda {
+
+using torch::stable::Tensor;
+
+#define PCGEOM_CUDA_CHECK(OP, EXPR)                                                       \
+  do {                                                                                    \
+    const cudaError_t pcgeom_err_ = (EXPR);                                               \
+    STD_TORCH_CHECK(pcgeom_err_ == cudaSuccess, OP, ": CUDA call `", #EXPR, "` failed: ", \
+                    cudaGetErrorString(pcgeom_err_));                                     \
+  } while (0)
+
+inline cudaStream_t current_stream(int32_t device_index) {
+  void* stream = nullptr;
+  STD_TORCH_CHECK(aoti_torch_get_current_cuda_stream(device_index, &stream) == AOTI_TORCH_SUCCESS,
+                  "pcgeom: could not get the current CUDA stream of device ", device_index);
+  return static_cast<cudaStream_t>(stream);
+}
+
+// Called right after each <<<...>>>: reports bad launch configurations (and any
+// earlier asynchronous error) with the op and kernel name.
+inline void check_launch(const char* op, const char* kernel) {
+  const cudaError_t err = cudaGetLastError();
+  STD_TORCH_CHECK(err == cudaSuccess, op, ": CUDA kernel ", kernel, " failed: ",
+                  cudaGetErrorString(err));
+}
+
+inline void check_same_cuda(const Tensor& t, int32_t device, const char* op, const char* name) {
+  STD_TORCH_CHECK(t.is_cuda() && t.get_device_index() == device, op, ": ", name,
+                  " must be on the same CUDA device as the other inputs (cuda:", device, ")");
+}
+
+inline int device_attribute(cudaDeviceAttr attr, int32_t device, const char* op) {
+  int value = 0;
+  PCGEOM_CUDA_CHECK(op, cudaDeviceGetAttribute(&value, attr, device));
+  return value;
+}
+
+// Number of blocks for a grid-stride loop over `work` items: enough to fill the
+// device, never more than the work, never zero (callers skip empty launches).
+inline unsigned int blocks_for(int64_t work, int threads, int64_t cap = int64_t(1) << 20) {
+  const int64_t blocks = (work + threads - 1) / threads;
+  return static_cast<unsigned int>(std::max<int64_t>(1, std::min<int64_t>(blocks, cap)));
+}
+
+// A scratch buffer on the device through torch's caching allocator, so it is
+// ordered on the current stream and freed when the Tensor goes away.
+inline Tensor scratch_bytes(int64_t bytes, const Tensor& like) {
+  return torch::stable::empty({std::max<int64_t>(bytes, 1)}, torch::headeronly::ScalarType::Byte,
+                              std::nullopt, like.device());
+}
+
+// Reads an environment switch that forces one of the kernel paths; tests use it
+// to run every path on small inputs.  Unknown values are an error, not ignored.
+inline std::string path_override(const char* env, const char* op,
+                                 std::initializer_list<const char*> allowed) {
+  const char* v = std::getenv(env);
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return "auto";
+  for (const char* a : allowed) {
+    if (std::strcmp(v, a) == 0) return v;
+  }
+  std::string list;
+  for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
+  STD_TORCH_CHECK(false, op, ": environment variable ", env, "=", v, " is not one of: auto, ",
+                  list);
+  return "auto";
+}
+
+PCGEOM_HD int64_t clamp_len(int64_t v, int64_t n) { return v < 0 ? 0 : (v > n ? n : v); }
+
+}  // namespace cuda
+}  // namespace pcgeom
