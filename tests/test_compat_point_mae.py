@@ -123,7 +123,7 @@ def test_point_mae_fps_function(device):
 
 
 def test_group_errors():
-    with pytest.raises(ValueError, match=r"Group: num_group=65 exceeds the number of points N=64 \(xyz of shape \(2, 64, 3\), num_group=65, group_size=8\)"):
+    with pytest.raises(ValueError, match=r"Group: num_group=65 exceeds the number of points N=64 \(xyz of shape \(2, 64, 3\), num_group=65, group_size=8, fps='pointnet2'\)"):
         Group(65, 8)(torch.rand(2, 64, 3))
     with pytest.raises(ValueError, match=r"Group: group_size=70 exceeds the number of points N=64"):
         Group(8, 70)(torch.rand(2, 64, 3))

@@ -414,8 +414,9 @@ def test_group_patches_compile_fullgraph(device):
 
     def f(p):
         nb, ctr, cidx, idx = pcgeom.group_patches(p, 8, 6, return_index=True)
-        nb2, ctr2 = pcgeom.group_patches(p, 6, 4, order="pointgpt")
-        return nb.square().sum() + ctr.sum() + nb2.sum() + ctr2.square().sum(), cidx, idx
+        # the pointnet2 and pointgpt loops are unrolled by the tracer: keep them short
+        nb2, ctr2, cidx2, _ = pcgeom.group_patches(p, 5, 4, return_index=True, fps="pointnet2", order="pointgpt")
+        return nb.square().sum() + ctr.sum() + nb2.sum() + ctr2.square().sum(), cidx, idx, cidx2
 
     p1 = pts.clone().requires_grad_()
     p2 = pts.clone().requires_grad_()
@@ -424,21 +425,8 @@ def test_group_patches_compile_fullgraph(device):
     b = torch.compile(f, fullgraph=True, backend="aot_eager")(p2)
     b[0].backward()
     torch.testing.assert_close(a[0], b[0])
-    assert torch.equal(a[1], b[1]) and torch.equal(a[2], b[2])
+    assert all(torch.equal(x, y) for x, y in zip(a[1:], b[1:]))
     torch.testing.assert_close(p1.grad, p2.grad)
-
-
-def test_group_patches_compile_inductor(device):
-    torch._dynamo.reset()
-    pts = random_cloud(2, 96, dtype=torch.float32, device=device, seed=12)
-
-    def f(p):
-        return pcgeom.group_patches(p, 8, 6, return_index=True, fps="pointnet2")
-
-    a = f(pts)
-    b = torch.compile(f, fullgraph=True)(pts)
-    for x, y in zip(a, b):
-        assert torch.equal(x, y)
 
 
 # ----------------------------------------------------------------------------

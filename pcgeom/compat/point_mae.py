@@ -113,15 +113,18 @@ class Group(nn.Module):
 
 def _validate(xyz, num_group, group_size, fps_mode):
     fn = "Group"
-    ctx = f"xyz of shape {V._shape(xyz) if isinstance(xyz, torch.Tensor) else type(xyz).__name__}, num_group={num_group}, group_size={group_size}"
+
+    def ctx() -> str:
+        return f"xyz of shape {V._shape(xyz)}, num_group={num_group}, group_size={group_size}, fps={fps_mode!r}"
+
     V.check_points(fn, "xyz", xyz, "(B, N, 3)")
     if xyz.shape[2] != 3:
         raise ValueError(f"{fn}: xyz must have shape (B, N, 3), got {V._shape(xyz)}")
     N = xyz.shape[1]
     if num_group > N:
-        raise ValueError(f"{fn}: num_group={num_group} exceeds the number of points N={N} ({ctx})")
+        raise ValueError(f"{fn}: num_group={num_group} exceeds the number of points N={N} ({ctx()})")
     if group_size > N:
-        raise ValueError(f"{fn}: group_size={group_size} exceeds the number of points N={N} ({ctx})")
+        raise ValueError(f"{fn}: group_size={group_size} exceeds the number of points N={N} ({ctx()})")
 
 
 def _drop_zero_points(xyz1, xyz2, ignore_zeros):
