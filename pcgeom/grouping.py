@@ -124,11 +124,19 @@ def pointnet2_fps(points: torch.Tensor, n_samples: int) -> torch.Tensor:
 
 
 def _pointnet2_fps(points: torch.Tensor, n_samples: int) -> torch.Tensor:
+    return _pointnet2_fps_op(points.detach(), n_samples)
+
+
+# The two sequential loops below run as opaque custom ops: traced inline,
+# torch.compile would unroll them n_samples times (minutes of compilation at
+# Point-MAE sizes); as ops they compile instantly and still fullgraph-capture.
+@torch.library.custom_op("pcgeom_grouping::pointnet2_fps", mutates_args=())
+def _pointnet2_fps_op(points: torch.Tensor, n_samples: int) -> torch.Tensor:
     B, N, _ = points.shape
     perm = _pointnet2_priority(N, points.device)
     # (3, B, N) coordinate planes in priority order: contiguous rows are ~3x
     # faster to stream than the strided x/y/z views of (B, N, 3).
-    planes = rearrange(points.detach().to(torch.float32)[:, perm], "b n c -> c b n").contiguous()
+    planes = rearrange(points.to(torch.float32)[:, perm], "b n c -> c b n").contiguous()
     x, y, z = planes[0], planes[1], planes[2]
     eligible = (x * x + y * y + z * z) > _P2_NEAR_ORIGIN
     # Ineligible points hold -1: fmin(d >= 0 or NaN, -1) keeps them at -1, so
@@ -149,6 +157,11 @@ def _pointnet2_fps(points: torch.Tensor, n_samples: int) -> torch.Tensor:
         pos = temp.argmax(dim=1, keepdim=True)  # first maximum in priority order
         chosen.append(pos)
     return perm[torch.cat(chosen, dim=1)]
+
+
+@_pointnet2_fps_op.register_fake
+def _pointnet2_fps_fake(points, n_samples):
+    return points.new_empty((points.shape[0], n_samples), dtype=torch.int64)
 
 
 def pointgpt_order(centers: torch.Tensor) -> torch.Tensor:
@@ -177,8 +190,13 @@ def pointgpt_order(centers: torch.Tensor) -> torch.Tensor:
 
 
 def _pointgpt_order(centers: torch.Tensor) -> torch.Tensor:
+    return _pointgpt_order_op(centers.detach())
+
+
+@torch.library.custom_op("pcgeom_grouping::pointgpt_order", mutates_args=())
+def _pointgpt_order_op(centers: torch.Tensor) -> torch.Tensor:
     B, G, _ = centers.shape
-    c = centers.detach()
+    c = centers
     if c.dtype in (torch.float16, torch.bfloat16):
         c = c.float()
     dist = torch.cdist(c, c)  # same op (and rounding) as PointGPT
@@ -193,6 +211,11 @@ def _pointgpt_order(centers: torch.Tensor) -> torch.Tensor:
         visited = visited.scatter(1, cur[:, None], True)
         order.append(cur)
     return torch.stack(order, dim=1)
+
+
+@_pointgpt_order_op.register_fake
+def _pointgpt_order_fake(centers):
+    return centers.new_empty(centers.shape[:2], dtype=torch.int64)
 
 
 def _gather_points(points: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -211,8 +234,10 @@ def _center_first(idx: torch.Tensor, center_idx: torch.Tensor) -> torch.Tensor:
     Then the centre is moved to the front and the entries before it shift by
     one; if more than k duplicates pushed it out, the last entry drops.
     """
-    if not V.compiling() and bool((idx[..., 0] == center_idx).all()):
-        return idx  # the usual case: no duplicate precedes any centre
+    # The usual case is that no duplicate precedes any centre; on CPU checking
+    # that is cheaper than the fix-up (on GPU the check would cost a sync).
+    if not V.compiling() and idx.device.type == "cpu" and bool((idx[..., 0] == center_idx).all()):
+        return idx
     k = idx.shape[-1]
     c = center_idx[..., None]
     hit = idx == c
@@ -266,6 +291,11 @@ def group_patches(points, n_centers, k, *, return_index=False, fps="exact", orde
           ``idx[..., 0] == center_idx``.
 
         Both float outputs are differentiable with respect to ``points``.
+
+    ``torch.compile(fullgraph=True)`` captures every mode, with static or
+    dynamic shapes: FPS and KNN are pcgeom ops, and the sequential
+    pointnet2-FPS and PointGPT loops run as opaque custom ops
+    (``torch.ops.pcgeom_grouping.*``) rather than being unrolled.
 
     Raises:
         ValueError / TypeError: naming the argument, with the input shape and

@@ -414,8 +414,7 @@ def test_group_patches_compile_fullgraph(device):
 
     def f(p):
         nb, ctr, cidx, idx = pcgeom.group_patches(p, 8, 6, return_index=True)
-        # the pointnet2 and pointgpt loops are unrolled by the tracer: keep them short
-        nb2, ctr2, cidx2, _ = pcgeom.group_patches(p, 5, 4, return_index=True, fps="pointnet2", order="pointgpt")
+        nb2, ctr2, cidx2, _ = pcgeom.group_patches(p, 16, 4, return_index=True, fps="pointnet2", order="pointgpt")
         return nb.square().sum() + ctr.sum() + nb2.sum() + ctr2.square().sum(), cidx, idx, cidx2
 
     p1 = pts.clone().requires_grad_()
@@ -427,6 +426,13 @@ def test_group_patches_compile_fullgraph(device):
     torch.testing.assert_close(a[0], b[0])
     assert all(torch.equal(x, y) for x, y in zip(a[1:], b[1:]))
     torch.testing.assert_close(p1.grad, p2.grad)
+
+
+def test_loop_ops_opcheck(device):
+    """The pointnet2 FPS and PointGPT loops are custom ops (so compile does not unroll them)."""
+    pts = random_cloud(2, 50, device=device, seed=13)
+    torch.library.opcheck(torch.ops.pcgeom_grouping.pointnet2_fps.default, (pts, 7))
+    torch.library.opcheck(torch.ops.pcgeom_grouping.pointgpt_order.default, (pts[:, :9],))
 
 
 # ----------------------------------------------------------------------------
