@@ -18,7 +18,7 @@ _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
 def _shape(t) -> str:
-    return "(" + ", ".join(str(int(s)) for s in t.shape) + ")"
+    return str(tuple(int(s) for s in t.shape))
 
 
 def compiling() -> bool:

@@ -195,7 +195,7 @@ def test_native_equals_reference_exactly():
         (lambda q, p: pcgeom.knn(q, p, 0), ValueError, r"knn: k must be >= 1, got 0"),
         (lambda q, p: pcgeom.knn(q, p, 2.0), TypeError, r"knn: k must be an int, got float"),
         (lambda q, p: pcgeom.knn(q, p, True), TypeError, r"k must be an int"),
-        (lambda q, p: pcgeom.knn(q, p, 2, points_lengths=torch.tensor([7])), ValueError, r"points_lengths must have shape \(2,\), got \(1\)"),
+        (lambda q, p: pcgeom.knn(q, p, 2, points_lengths=torch.tensor([7])), ValueError, r"points_lengths must have shape \(2,\), got \(1,\)"),
         (lambda q, p: pcgeom.knn(q, p, 2, points_lengths=torch.tensor([7, 8])), ValueError, r"points_lengths values must be in \[0, 7\], got points_lengths\[1\]=8"),
         (lambda q, p: pcgeom.knn(q, p, 2, query_lengths=torch.tensor([-1, 2])), ValueError, r"query_lengths values must be in \[0, 5\], got query_lengths\[0\]=-1"),
         (lambda q, p: pcgeom.knn(q, p, 2, query_lengths=torch.tensor([1.0, 2.0])), TypeError, r"query_lengths must be an integer tensor"),
