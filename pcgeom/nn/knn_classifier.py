@@ -23,10 +23,6 @@ _LABEL_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 _STATE_VERSION = 1
 
 
-def _shape(t) -> str:
-    return str(tuple(int(s) for s in t.shape))
-
-
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
@@ -44,7 +40,7 @@ def _check_features(fn: str, name: str, t) -> None:
     if t.dtype not in V.FLOAT_DTYPES:
         raise TypeError(f"{fn}: {name} must be float16, bfloat16, float32 or float64, got {t.dtype}")
     if t.shape[1] < 1:
-        raise ValueError(f"{fn}: {name} must have at least one feature (D >= 1), got shape {_shape(t)}")
+        raise ValueError(f"{fn}: {name} must have at least one feature (D >= 1), got shape {V._shape(t)}")
 
 
 def _as_labels(fn: str, name: str, labels, n: int, device) -> torch.Tensor:
@@ -63,7 +59,7 @@ def _as_labels(fn: str, name: str, labels, n: int, device) -> torch.Tensor:
         )
     if labels.dim() != 1 or labels.shape[0] != n:
         raise ValueError(
-            f"{fn}: {name} must have shape ({n},), one label per feature row, got {_shape(labels)}"
+            f"{fn}: {name} must have shape ({n},), one label per feature row, got {V._shape(labels)}"
         )
     return labels.to(device=device, dtype=torch.int64)
 
@@ -225,7 +221,7 @@ class KNNClassifier(nn.Module):
         labels = _as_labels(fn, "labels", labels, n, features.device)
         if num_classes is None:
             if n == 0:
-                raise ValueError(f"{fn}: num_classes must be given when the gallery is empty (features has shape {_shape(features)})")
+                raise ValueError(f"{fn}: num_classes must be given when the gallery is empty (features has shape {V._shape(features)})")
             # max(.., 1): negative labels are then reported by the range check.
             num_classes = max(int(labels.max()) + 1, 1)
         self._num_classes = V.check_int(fn, "num_classes", num_classes, minimum=1)
@@ -324,7 +320,7 @@ class KNNClassifier(nn.Module):
         g = self.features
         if features.shape[1] != g.shape[1]:
             raise ValueError(
-                f"{fn}: features must have shape (n, {g.shape[1]}) to match the gallery, got {_shape(features)}"
+                f"{fn}: features must have shape (n, {g.shape[1]}) to match the gallery, got {V._shape(features)}"
             )
         if features.dtype != g.dtype:
             raise TypeError(f"{fn}: features must have the gallery's dtype {g.dtype}, got {features.dtype}")
@@ -341,7 +337,7 @@ class KNNClassifier(nn.Module):
         V.check_tensor(fn, "query", query, 2, f"(B, {g.shape[1]})")
         if query.shape[1] != g.shape[1]:
             raise ValueError(
-                f"{fn}: query must have shape (B, D) with the gallery's D={g.shape[1]}, got {_shape(query)}"
+                f"{fn}: query must have shape (B, D) with the gallery's D={g.shape[1]}, got {V._shape(query)}"
             )
         if query.dtype != g.dtype:
             raise TypeError(
@@ -446,7 +442,7 @@ class KNNClassifier(nn.Module):
         V.check_tensor(fn, "dist2", dist2, 2, "(B, k)")
         V.check_index_tensor(fn, "idx", idx, 2, "(B, k)")
         if idx.shape != dist2.shape:
-            raise ValueError(f"{fn}: dist2 and idx must have the same shape (B, k), got {_shape(dist2)} and {_shape(idx)}")
+            raise ValueError(f"{fn}: dist2 and idx must have the same shape (B, k), got {V._shape(dist2)} and {V._shape(idx)}")
         B, k = idx.shape
         lab = self.labels[idx]
         acc = dist2.dtype if dist2.dtype in (torch.float32, torch.float64) else torch.float32
