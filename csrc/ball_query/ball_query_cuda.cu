@@ -21,6 +21,12 @@ std::tuple<torch::stable::Tensor, torch::stable::Tensor> ball_query_cuda(
 }  // namespace cuda
 }  // namespace pcgeom
 
+#ifndef PCGEOM_CUDA_EMULATION
 STABLE_TORCH_LIBRARY_IMPL(pcgeom, CUDA, m) {
   m.impl("ball_query", TORCH_BOX(&pcgeom::cuda::ball_query_cuda));
 }
+#else  // scripts/cuda_emu: the same kernels, run on the CPU by the emulator
+STABLE_TORCH_LIBRARY_IMPL(pcgeom_emu, CPU, m) {
+  m.impl("ball_query", TORCH_BOX(&pcgeom::cuda::ball_query_cuda));
+}
+#endif

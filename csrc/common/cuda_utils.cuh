@@ -9,9 +9,17 @@
 //   * clamp_len(): lengths read on the device are clamped into [0, n] so that a
 //     direct torch.ops call with bad values can never read out of bounds (the
 //     Python wrappers reject such values with a clear error first).
+//
+// PCGEOM_CUDA_EMULATION builds the same sources as plain C++ against a thread-
+// per-CUDA-thread emulator (scripts/cuda_emu/), so that the kernels' logic can
+// be executed and tested on machines without a GPU.  Kernel code therefore
+// takes shared memory from dynamic_smem() and checks devices through the
+// helpers below instead of spelling the CUDA specifics inline.
 #pragma once
 
+#ifndef PCGEOM_CUDA_EMULATION
 #include <cuda_runtime.h>
+#endif
 
 #include <algorithm>
 #include <cstdint>
@@ -29,17 +37,26 @@
 
 #include "common/pcgeom_common.h"
 
+#ifdef PCGEOM_CUDA_EMULATION
+#include "cuda_emu.h"
+#endif
+
 namespace pcgeom {
 namespace cuda {
 
 using torch::stable::Tensor;
 
-#define PCGEOM_CUDA_CHECK(OP, EXPR)                                                       \
-  do {                                                                                    \
-    const cudaError_t pcgeom_err_ = (EXPR);                                               \
-    STD_TORCH_CHECK(pcgeom_err_ == cudaSuccess, OP, ": CUDA call `", #EXPR, "` failed: ", \
-                    cudaGetErrorString(pcgeom_err_));                                     \
-  } while (0)
+#ifndef PCGEOM_CUDA_EMULATION
+using DeviceGuard = torch::stable::accelerator::DeviceGuard;
+
+// The block's dynamic shared memory (sized by the launch).
+__device__ __forceinline__ unsigned char* dynamic_smem() {
+  extern __shared__ __align__(16) unsigned char pcgeom_dynamic_smem[];
+  return pcgeom_dynamic_smem;
+}
+
+inline bool on_gpu(const Tensor& t) { return t.is_cuda(); }
+inline int32_t gpu_index(const Tensor& t) { return t.get_device_index(); }
 
 inline cudaStream_t current_stream(int32_t device_index) {
   void* stream = nullptr;
@@ -47,6 +64,29 @@ inline cudaStream_t current_stream(int32_t device_index) {
                   "pcgeom: could not get the current CUDA stream of device ", device_index);
   return static_cast<cudaStream_t>(stream);
 }
+#else
+struct DeviceGuard {
+  explicit DeviceGuard(int32_t) {}
+};
+inline unsigned char* dynamic_smem() { return ::emu::block_smem(); }
+inline bool on_gpu(const Tensor& t) { return t.is_cpu(); }  // emulated "device" memory is host memory
+inline int32_t gpu_index(const Tensor&) { return 0; }
+inline cudaStream_t current_stream(int32_t) { return nullptr; }
+#endif
+
+inline void check_on_gpu(const Tensor& t, const char* op, const char* name) {
+  STD_TORCH_CHECK(on_gpu(t), op, ": ", name, " must be a CUDA tensor");
+}
+
+// Bytes rounded up so that the next shared-memory region stays 16-byte aligned.
+PCGEOM_HD int64_t align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
+
+#define PCGEOM_CUDA_CHECK(OP, EXPR)                                                       \
+  do {                                                                                    \
+    const cudaError_t pcgeom_err_ = (EXPR);                                               \
+    STD_TORCH_CHECK(pcgeom_err_ == cudaSuccess, OP, ": CUDA call `", #EXPR, "` failed: ", \
+                    cudaGetErrorString(pcgeom_err_));                                     \
+  } while (0)
 
 // Called right after each <<<...>>>: reports bad launch configurations (and any
 // earlier asynchronous error) with the op and kernel name.
@@ -57,7 +97,7 @@ inline void check_launch(const char* op, const char* kernel) {
 }
 
 inline void check_same_cuda(const Tensor& t, int32_t device, const char* op, const char* name) {
-  STD_TORCH_CHECK(t.is_cuda() && t.get_device_index() == device, op, ": ", name,
+  STD_TORCH_CHECK(on_gpu(t) && gpu_index(t) == device, op, ": ", name,
                   " must be on the same CUDA device as the other inputs (cuda:", device, ")");
 }
 

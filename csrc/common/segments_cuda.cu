@@ -1,7 +1,13 @@
 // Sorting and segmenting on the device; see segments_cuda.h.
 #include "common/segments_cuda.h"
 
+#ifndef PCGEOM_CUDA_EMULATION
 #include <cub/device/device_radix_sort.cuh>
+#else
+#include <algorithm>
+#include <numeric>
+#include <vector>
+#endif
 
 #include "common/cuda_utils.cuh"
 
@@ -46,6 +52,21 @@ void sort_pairs_impl(const unsigned long long* keys_in, unsigned long long* keys
                      const V* vals_in, V* vals_out, int64_t count, int end_bit,
                      cudaStream_t stream, const Tensor& like, const char* op) {
   if (count == 0) return;
+#ifdef PCGEOM_CUDA_EMULATION
+  // Emulator (host memory): a stable sort has the radix sort's exact result.
+  (void)end_bit;
+  (void)stream;
+  (void)like;
+  (void)op;
+  std::vector<int64_t> perm(count);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::stable_sort(perm.begin(), perm.end(),
+                   [&](int64_t x, int64_t y) { return keys_in[x] < keys_in[y]; });
+  for (int64_t i = 0; i < count; ++i) {
+    keys_out[i] = keys_in[perm[i]];
+    vals_out[i] = vals_in[perm[i]];
+  }
+#else
   size_t temp_bytes = 0;
   PCGEOM_CUDA_CHECK(op, cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys_in, keys_out,
                                                         vals_in, vals_out, count, 0, end_bit,
@@ -54,6 +75,7 @@ void sort_pairs_impl(const unsigned long long* keys_in, unsigned long long* keys
   PCGEOM_CUDA_CHECK(op, cub::DeviceRadixSort::SortPairs(temp.mutable_data_ptr<uint8_t>(),
                                                         temp_bytes, keys_in, keys_out, vals_in,
                                                         vals_out, count, 0, end_bit, stream));
+#endif
 }
 
 }  // namespace

@@ -10,11 +10,11 @@
 // bit-identical to the CPU path.
 #pragma once
 
-#include <cuda_runtime.h>
-
 #include <cstdint>
 
 #include <torch/csrc/stable/tensor.h>
+
+#include "common/cuda_utils.cuh"  // cudaStream_t (real or emulated)
 
 namespace pcgeom {
 namespace cuda {

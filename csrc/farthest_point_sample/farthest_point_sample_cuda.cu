@@ -35,6 +35,21 @@ constexpr int kBlockThreadsMax = 1024;
 constexpr int kMultiThreads = 512;
 constexpr int kWarps = kBlockThreadsMax / 32;
 
+// Shared scratch of the block argmax, at the start of dynamic shared memory:
+// kWarps keys (8 bytes each, whatever A), kWarps indices, the broadcast index.
+constexpr int64_t kReduceBytes = 2 * kWarps * 8 + 16;
+
+template <typename A>
+struct ReduceSmem {
+  A* key;
+  int64_t* idx;
+  int64_t* cur;
+  __device__ __forceinline__ explicit ReduceSmem(unsigned char* base)
+      : key(reinterpret_cast<A*>(base)),
+        idx(reinterpret_cast<int64_t*>(base + kWarps * 8)),
+        cur(reinterpret_cast<int64_t*>(base + 2 * kWarps * 8)) {}
+};
+
 // Does (ka, ia) beat (kb, ib)?  idx < 0 marks "no candidate".
 template <typename A>
 __device__ __forceinline__ bool better(A ka, int64_t ia, A kb, int64_t ib) {
@@ -101,14 +116,12 @@ __global__ void __launch_bounds__(kBlockThreadsMax)
                      int64_t* __restrict__ out, acc_t<T>* __restrict__ mind_global,
                      bool smem_mind, bool smem_points) {
   using A = acc_t<T>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  __shared__ A s_key[kWarps];
-  __shared__ int64_t s_idx[kWarps];
-  __shared__ int64_t s_cur;
+  unsigned char* smem = dynamic_smem();
+  const ReduceSmem<A> red(smem);
   const int tid = threadIdx.x;
-  // mind first (A is the wider type), then the points.
-  A* mind_s = reinterpret_cast<A*>(smem_raw);
-  T* pts_s = reinterpret_cast<T*>(smem_raw + (smem_mind ? N * sizeof(A) : 0));
+  // The argmax scratch, then mind (A is the wider type), then the points.
+  A* mind_s = reinterpret_cast<A*>(smem + kReduceBytes);
+  T* pts_s = reinterpret_cast<T*>(smem + kReduceBytes + (smem_mind ? N * sizeof(A) : 0));
 
   for (int64_t b = blockIdx.x; b < B; b += gridDim.x) {
     const int64_t L = clamp_len(lengths[b], N);
@@ -131,10 +144,10 @@ __global__ void __launch_bounds__(kBlockThreadsMax)
       A bk = fps_chosen<A>();
       int64_t bi = -1;
       update_range(pts, mind, 0, L, D, cur, bk, bi);
-      block_argmax(bk, bi, s_key, s_idx);
-      if (tid == 0) s_cur = bi;
+      block_argmax(bk, bi, red.key, red.idx);
+      if (tid == 0) *red.cur = bi;
       __syncthreads();
-      cur = s_cur;
+      cur = *red.cur;
     }
     __syncthreads();  // the next cloud reuses shared memory
   }
@@ -162,9 +175,7 @@ __global__ void __launch_bounds__(kMultiThreads)
                      acc_t<T>* part_key, int64_t* part_idx, unsigned long long* counter,
                      int64_t per_cloud) {
   using A = acc_t<T>;
-  __shared__ A s_key[kWarps];
-  __shared__ int64_t s_idx[kWarps];
-  __shared__ int64_t s_cur;
+  const ReduceSmem<A> red(dynamic_smem());  // kReduceBytes of dynamic shared memory
   const int tid = threadIdx.x;
   const int64_t G = gridDim.x;  // == B * per_cloud
   const int64_t b = blockIdx.x / per_cloud;
@@ -191,7 +202,7 @@ __global__ void __launch_bounds__(kMultiThreads)
     A bk = fps_chosen<A>();
     int64_t bi = -1;
     if (work) update_range(pts, mb, lo, hi, D, cur, bk, bi);
-    block_argmax(bk, bi, s_key, s_idx);
+    block_argmax(bk, bi, red.key, red.idx);
     const int64_t slot = (s & 1) * G + blockIdx.x;  // double-buffered partials
     if (tid == 0) {
       __stcg(part_key + slot, bk);
@@ -211,10 +222,10 @@ __global__ void __launch_bounds__(kMultiThreads)
           i2 = ii;
         }
       }
-      block_argmax(k2, i2, s_key, s_idx);
-      if (tid == 0) s_cur = i2;
+      block_argmax(k2, i2, red.key, red.idx);
+      if (tid == 0) *red.cur = i2;
       __syncthreads();
-      cur = s_cur;
+      cur = *red.cur;
     }
   }
 }
@@ -234,7 +245,7 @@ Launch choose_path(int64_t B, int64_t N, int32_t dev, const char* op) {
   if (!device_attribute(cudaDevAttrCooperativeLaunch, dev, op)) return l;
   int per_sm = 0;
   PCGEOM_CUDA_CHECK(op, cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                            &per_sm, fps_multi_kernel<T>, kMultiThreads, 0));
+                            &per_sm, fps_multi_kernel<T>, kMultiThreads, kReduceBytes));
   const int64_t resident =
       int64_t(per_sm) * device_attribute(cudaDevAttrMultiProcessorCount, dev, op);
   // Chunks of at least a few thousand points (fewer only when forced, for tests).
@@ -275,9 +286,9 @@ void fps_launch(const Tensor& points, const Tensor& lengths, const Tensor& start
     int64_t per_cloud = l.per_cloud;
     int64_t Bv = B, Nv = N, Dv = D, Sv = S;
     void* args[] = {&p, &L, &st, &Bv, &Nv, &Dv, &Sv, &o, &mind_p, &pk, &pi, &ctr, &per_cloud};
-    PCGEOM_CUDA_CHECK(op, cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(&fps_multi_kernel<T>),
+    PCGEOM_CUDA_CHECK(op, cudaLaunchCooperativeKernel(fps_multi_kernel<T>,
                                                       dim3(static_cast<unsigned int>(G)),
-                                                      dim3(kMultiThreads), args, 0, stream));
+                                                      dim3(kMultiThreads), args, kReduceBytes, stream));
     check_launch(op, "fps_multi_kernel");
     return;
   }
@@ -286,12 +297,13 @@ void fps_launch(const Tensor& points, const Tensor& lengths, const Tensor& start
   const int threads = static_cast<int>(
       std::max<int64_t>(32, std::min<int64_t>(kBlockThreadsMax, (N + 31) / 32 * 32)));
   const int64_t optin = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, dev, op);
-  const int64_t budget = optin - 2048;  // room for the kernel's static shared arrays
+  const int64_t budget = optin - kReduceBytes;
   const int64_t mind_bytes = N * static_cast<int64_t>(sizeof(A));
   const int64_t pts_bytes = N * D * static_cast<int64_t>(sizeof(T));
   const bool smem_mind = mind_bytes <= budget;
   const bool smem_points = smem_mind && mind_bytes + pts_bytes <= budget;
-  const int64_t smem = (smem_mind ? mind_bytes : 0) + (smem_points ? pts_bytes : 0);
+  const int64_t smem =
+      kReduceBytes + (smem_mind ? mind_bytes : 0) + (smem_points ? pts_bytes : 0);
   if (smem > 48 * 1024) {
     PCGEOM_CUDA_CHECK(op, cudaFuncSetAttribute(fps_block_kernel<T>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -317,11 +329,11 @@ Tensor farthest_point_sample_cuda(Tensor points_in, int64_t n_samples, Tensor le
   STD_TORCH_CHECK(n_samples >= 0, op, ": n_samples must be >= 0, got ", n_samples);
   check_int64_vector(lengths_in, B, op, "lengths");
   check_int64_vector(start_in, B, op, "start_index");
-  STD_TORCH_CHECK(points_in.is_cuda(), op, ": points must be a CUDA tensor");
-  const int32_t dev = points_in.get_device_index();
+  check_on_gpu(points_in, op, "points");
+  const int32_t dev = gpu_index(points_in);
   check_same_cuda(lengths_in, dev, op, "lengths");
   check_same_cuda(start_in, dev, op, "start_index");
-  torch::stable::accelerator::DeviceGuard guard(dev);
+  DeviceGuard guard(dev);
   const Tensor points = torch::stable::contiguous(points_in);
   const Tensor lengths = torch::stable::contiguous(lengths_in);
   const Tensor start = torch::stable::contiguous(start_in);
@@ -339,6 +351,12 @@ Tensor farthest_point_sample_cuda(Tensor points_in, int64_t n_samples, Tensor le
 }  // namespace cuda
 }  // namespace pcgeom
 
+#ifndef PCGEOM_CUDA_EMULATION
 STABLE_TORCH_LIBRARY_IMPL(pcgeom, CUDA, m) {
   m.impl("farthest_point_sample", TORCH_BOX(&pcgeom::cuda::farthest_point_sample_cuda));
 }
+#else  // scripts/cuda_emu: the same kernels, run on the CPU by the emulator
+STABLE_TORCH_LIBRARY_IMPL(pcgeom_emu, CPU, m) {
+  m.impl("farthest_point_sample", TORCH_BOX(&pcgeom::cuda::farthest_point_sample_cuda));
+}
+#endif

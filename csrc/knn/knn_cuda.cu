@@ -79,9 +79,8 @@ __global__ void __launch_bounds__(kThreads)
                      int64_t tile_end, int64_t tiles_per_batch, int tile_pts, bool stage_points,
                      bool stage_query) {
   using A = acc_t<T>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
   const int64_t D = DIM > 0 ? DIM : a.D;
-  T* sp = reinterpret_cast<T*>(smem_raw);
+  T* sp = reinterpret_cast<T*>(dynamic_smem());
   T* sq = sp + (stage_points ? tile_pts * D : 0);
   const int tid = threadIdx.x;
   const int64_t stride = (tile_end - tile_begin) * kThreads;
@@ -159,6 +158,7 @@ struct GridParams {
 };
 
 constexpr int kParamThreads = 256;
+constexpr size_t kParamSmem = (6 * sizeof(double) + sizeof(long long)) * kParamThreads;
 constexpr double kPointsPerCell = 2.0;
 constexpr int64_t kMaxCellsPerAxis = int64_t(1) << 20;
 
@@ -184,9 +184,10 @@ template <typename T>
 __global__ void __launch_bounds__(kParamThreads)
     grid_params_kernel(const T* __restrict__ p, const int64_t* __restrict__ pl, int64_t B,
                        int64_t N, int64_t cmax, GridParams* __restrict__ out) {
-  __shared__ double s_min[3][kParamThreads];
-  __shared__ double s_max[3][kParamThreads];
-  __shared__ long long s_cnt[kParamThreads];
+  // Dynamic shared memory (kParamSmem bytes): per-thread partial boxes and counts.
+  auto* s_min = reinterpret_cast<double(*)[kParamThreads]>(dynamic_smem());
+  auto* s_max = s_min + 3;
+  auto* s_cnt = reinterpret_cast<long long*>(s_min + 6);
   const int tid = threadIdx.x;
   for (int64_t b = blockIdx.x; b < B; b += gridDim.x) {
     const int64_t L = clamp_len(pl[b], N);
@@ -536,8 +537,8 @@ GridBuild build_grid(const KnnArgs<T>& a, const Tensor& like, cudaStream_t strea
   const auto i32 = torch::headeronly::ScalarType::Int;
   gb.params = scratch_bytes(B * static_cast<int64_t>(sizeof(GridParams)), like);
   auto* params = reinterpret_cast<GridParams*>(gb.params.mutable_data_ptr<uint8_t>());
-  grid_params_kernel<T><<<static_cast<unsigned int>(std::min<int64_t>(B, 65535)), kParamThreads, 0,
-                          stream>>>(a.p, a.pl, B, N, gb.cmax, params);
+  grid_params_kernel<T><<<static_cast<unsigned int>(std::min<int64_t>(B, 65535)), kParamThreads,
+                          kParamSmem, stream>>>(a.p, a.pl, B, N, gb.cmax, params);
   check_launch(op, "grid_params_kernel");
 
   const int64_t total = B * N;
@@ -709,7 +710,7 @@ KnnArgs<T> make_args(const Tensor& q, const Tensor& p, const Tensor& ql, const T
 void check_common(const Tensor& query, const Tensor& points, const char* op) {
   check_rank(query, 3, op, "query");
   check_rank(points, 3, op, "points");
-  STD_TORCH_CHECK(query.is_cuda(), op, ": query must be a CUDA tensor");
+  check_on_gpu(query, op, "query");
 }
 
 std::tuple<Tensor, Tensor> knn_cuda(Tensor query, Tensor points, int64_t k, Tensor query_lengths,
@@ -736,11 +737,11 @@ std::tuple<Tensor, Tensor> knn_backward_cuda(Tensor grad_in, Tensor query_in, Te
                   op, ": grad_dist2, query and points must have the same dtype");
   STD_TORCH_CHECK(idx_in.scalar_type() == torch::headeronly::ScalarType::Long, op,
                   ": idx must be int64");
-  const int32_t dev = query_in.get_device_index();
+  const int32_t dev = gpu_index(query_in);
   check_same_cuda(points_in, dev, op, "points");
   check_same_cuda(idx_in, dev, op, "idx");
   check_same_cuda(grad_in, dev, op, "grad_dist2");
-  torch::stable::accelerator::DeviceGuard guard(dev);
+  DeviceGuard guard(dev);
   const Tensor g = torch::stable::contiguous(grad_in);
   const Tensor query = torch::stable::contiguous(query_in);
   const Tensor points = torch::stable::contiguous(points_in);
@@ -792,11 +793,11 @@ std::tuple<Tensor, Tensor> knn_search_cuda(const Tensor& query_in, const Tensor&
   STD_TORCH_CHECK(k >= 1, op, ": k must be >= 1, got ", k);
   check_int64_vector(query_lengths_in, B, op, "query_lengths");
   check_int64_vector(points_lengths_in, B, op, "points_lengths");
-  const int32_t dev = query_in.get_device_index();
+  const int32_t dev = gpu_index(query_in);
   check_same_cuda(points_in, dev, op, "points");
   check_same_cuda(query_lengths_in, dev, op, "query_lengths");
   check_same_cuda(points_lengths_in, dev, op, "points_lengths");
-  torch::stable::accelerator::DeviceGuard guard(dev);
+  DeviceGuard guard(dev);
 
   const Tensor query = torch::stable::contiguous(query_in);
   const Tensor points = torch::stable::contiguous(points_in);
@@ -834,7 +835,14 @@ std::tuple<Tensor, Tensor> knn_search_cuda(const Tensor& query_in, const Tensor&
 }  // namespace cuda
 }  // namespace pcgeom
 
+#ifndef PCGEOM_CUDA_EMULATION
 STABLE_TORCH_LIBRARY_IMPL(pcgeom, CUDA, m) {
   m.impl("knn", TORCH_BOX(&pcgeom::cuda::knn_cuda));
   m.impl("knn_backward", TORCH_BOX(&pcgeom::cuda::knn_backward_cuda));
 }
+#else  // scripts/cuda_emu: the same kernels, run on the CPU by the emulator
+STABLE_TORCH_LIBRARY_IMPL(pcgeom_emu, CPU, m) {
+  m.impl("knn", TORCH_BOX(&pcgeom::cuda::knn_cuda));
+  m.impl("knn_backward", TORCH_BOX(&pcgeom::cuda::knn_backward_cuda));
+}
+#endif

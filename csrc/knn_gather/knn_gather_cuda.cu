@@ -54,10 +54,10 @@ Tensor knn_gather_cuda(Tensor x_in, Tensor idx_in) {
   const int64_t B = x_in.size(0), N = x_in.size(1), C = x_in.size(2);
   const int64_t M = idx_in.size(1), K = idx_in.size(2);
   STD_TORCH_CHECK(idx_in.size(0) == B, op, ": x and idx must share the batch size");
-  STD_TORCH_CHECK(x_in.is_cuda(), op, ": x must be a CUDA tensor");
-  const int32_t dev = x_in.get_device_index();
+  check_on_gpu(x_in, op, "x");
+  const int32_t dev = gpu_index(x_in);
   check_same_cuda(idx_in, dev, op, "idx");
-  torch::stable::accelerator::DeviceGuard guard(dev);
+  DeviceGuard guard(dev);
   const Tensor x = torch::stable::contiguous(x_in);
   const Tensor idx = torch::stable::contiguous(idx_in);
   Tensor out = torch::stable::empty({B, M, K, C}, x.scalar_type(), std::nullopt, x.device());
@@ -83,10 +83,10 @@ Tensor knn_gather_backward_cuda(Tensor grad_in, Tensor idx_in, int64_t n) {
   STD_TORCH_CHECK(idx_in.size(0) == B && idx_in.size(1) == M && idx_in.size(2) == K, op,
                   ": grad must have shape (*idx.shape, C)");
   STD_TORCH_CHECK(n >= 0, op, ": n must be >= 0");
-  STD_TORCH_CHECK(grad_in.is_cuda(), op, ": grad must be a CUDA tensor");
-  const int32_t dev = grad_in.get_device_index();
+  check_on_gpu(grad_in, op, "grad");
+  const int32_t dev = gpu_index(grad_in);
   check_same_cuda(idx_in, dev, op, "idx");
-  torch::stable::accelerator::DeviceGuard guard(dev);
+  DeviceGuard guard(dev);
   const Tensor g = torch::stable::contiguous(grad_in);
   const Tensor idx = torch::stable::contiguous(idx_in);
   Tensor out = torch::stable::empty({B, n, C}, g.scalar_type(), std::nullopt, g.device());
@@ -112,7 +112,14 @@ Tensor knn_gather_backward_cuda(Tensor grad_in, Tensor idx_in, int64_t n) {
 }  // namespace cuda
 }  // namespace pcgeom
 
+#ifndef PCGEOM_CUDA_EMULATION
 STABLE_TORCH_LIBRARY_IMPL(pcgeom, CUDA, m) {
   m.impl("knn_gather", TORCH_BOX(&pcgeom::cuda::knn_gather_cuda));
   m.impl("knn_gather_backward", TORCH_BOX(&pcgeom::cuda::knn_gather_backward_cuda));
 }
+#else  // scripts/cuda_emu: the same kernels, run on the CPU by the emulator
+STABLE_TORCH_LIBRARY_IMPL(pcgeom_emu, CPU, m) {
+  m.impl("knn_gather", TORCH_BOX(&pcgeom::cuda::knn_gather_cuda));
+  m.impl("knn_gather_backward", TORCH_BOX(&pcgeom::cuda::knn_gather_backward_cuda));
+}
+#endif
