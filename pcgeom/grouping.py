@@ -17,7 +17,6 @@ Two FPS flavours are offered:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -220,7 +219,7 @@ def _pointgpt_order_fake(centers):
 
 def _gather_points(points: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """``points[b, idx[b, ...]]`` for any index shape, differentiable w.r.t. points."""
-    B, D = points.shape[0], points.shape[2]
+    D = points.shape[2]
     flat = rearrange(idx, "b ... -> b (...)")
     out = points.gather(1, repeat(flat, "b m -> b m d", d=D))
     return out.reshape(*idx.shape, D)

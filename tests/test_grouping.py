@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import pcgeom
-from conftest import DEVICES, lattice_cloud, random_cloud, surface_cloud
+from conftest import lattice_cloud, random_cloud, surface_cloud
 from pcgeom.grouping import pointgpt_order, pointnet2_fps
 
 # ----------------------------------------------------------------------------
