@@ -138,8 +138,11 @@ def _extensions():
                 extra_compile_args={
                     "cxx": cxx,
                     # --fmad=false: same reason as -ffp-contract=off above.
+                    # --threads: one file (knn) dominates the build; compile its
+                    # architectures in parallel instead of one after another.
                     "nvcc": ["-O3", "--fmad=false", "-std=c++17", "-DUSE_CUDA=1",
-                             f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}"],
+                             f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}",
+                             f"--threads={os.environ.get('PCGEOM_NVCC_THREADS', '2')}"],
                 },
                 py_limited_api=True,
             )
