@@ -1,7 +1,23 @@
-// CPU kernels of pcgeom::knn and pcgeom::knn_backward (exact brute force).
+// CPU kernels of pcgeom::knn and pcgeom::knn_backward (also the search behind
+// ball_query).
+//
+// Three exact paths, chosen per call and per cloud:
+//   * low dimensions (D <= 8): a KD-tree per cloud (common/kdtree_cpu.h) and a
+//     grouped best-first search (knn/knn_tree_cpu.h) for clouds that are large
+//     against k and have enough queries to pay for the build;
+//   * high dimensions: blocked GEMM candidate selection with exact re-ranking
+//     (knn/knn_blocked_cpu.cpp);
+//   * a direct scan for everything else (small clouds, k close to N, queries
+//     with NaN/inf coordinates).
+// Every path evaluates the distances it keeps with the one formula of
+// pcgeom_common.h and ranks with the pcgeom key order, so all of them return
+// the reference's answer bit for bit.  float16/bfloat16 inputs run on float32
+// copies (the conversion is exact and is what the formula does anyway); the
+// distances are rounded back with aten's conversion, like the reference.
 #include "knn/knn_cpu.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -9,7 +25,12 @@
 #include <torch/csrc/stable/ops.h>
 
 #include "common/checks.h"
+#include "common/kdtree_cpu.h"
+#include "common/topk_cpu.h"
+#include "knn/knn_blocked_cpu.h"
 #include "knn/knn_common.h"
+#include "knn/knn_scan_cpu.h"
+#include "knn/knn_tree_cpu.h"
 
 namespace pcgeom {
 
@@ -17,67 +38,362 @@ using torch::stable::Tensor;
 
 namespace {
 
-// Below this k an insertion list beats a partial sort of all candidates.
-constexpr int64_t kInsertionMaxK = 64;
+using cpu::FiniteKey;
+using cpu::FiniteTopK;
+using cpu::HeapTopK;
+using cpu::KdBuilder;
+using cpu::KdTree;
+using cpu::SortedTopKList;
+using cpu::offer;
+using cpu::scan_rows;
+using cpu::write_padding;
+using cpu::write_row;
 
-template <typename T>
-void knn_brute_cpu_kernel(const T* q, const T* p, const int64_t* ql, const int64_t* pl, int64_t B,
-                          int64_t M, int64_t N, int64_t D, int64_t K, bool use_radius,
-                          double radius2, T* out_d, int64_t* out_i) {
-  using A = acc_t<T>;
+constexpr int kMaxTreeDim = 8;
+// Below roughly this much work (distance evaluations) a loop runs inline:
+// starting threads costs more, and a lot more on a busy machine.
+constexpr int64_t kParallelWork = 1 << 15;
+
+inline int64_t grain_for(int64_t cost_per_item) {
+  return std::max<int64_t>(1, kParallelWork / std::max<int64_t>(1, cost_per_item));
+}
+
+// Runs f(top) with the generic (NaN-aware) top-k container suited to K.
+template <typename A, class Fn>
+inline int64_t with_topk(A* bd, int64_t* bi, int64_t K, Fn&& f) {
+  if (K <= cpu::kSortedListMaxK) {
+    SortedTopKList<A> top(bd, bi, K);
+    f(top);
+    top.finish();
+    return top.count;
+  }
+  HeapTopK<A> top(bd, bi, K);
+  f(top);
+  top.finish();
+  return top.count;
+}
+
+// ---------------------------------------------------------------------------
+// Generic direct scan (any D): one query row against all points.
+
+template <typename A>
+void knn_brute_kernel(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int64_t B,
+                      int64_t M, int64_t N, int64_t D, int64_t K, bool use_radius, double radius2,
+                      A* out_d, int64_t* out_i) {
   const A r2 = static_cast<A>(radius2);
-  const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, N));
-  torch::stable::parallel_for(0, B * M, grain, [&](int64_t begin, int64_t end) {
-    std::vector<A> best_d(K);
-    std::vector<int64_t> best_i(K);
-    std::vector<std::pair<A, int64_t>> cand;
+  torch::stable::parallel_for(0, B * M, grain_for(N * D), [&](int64_t begin, int64_t end) {
+    std::vector<A> bd(K);
+    std::vector<int64_t> bi(K);
     for (int64_t r = begin; r < end; ++r) {
       const int64_t b = r / M;
       const int64_t m = r % M;
-      T* od = out_d + r * K;
-      int64_t* oi = out_i + r * K;
       int64_t found = 0;
       if (m < ql[b]) {
-        const T* qr = q + r * D;
-        const T* pb = p + b * N * D;
-        const int64_t L = pl[b];
-        if (K <= kInsertionMaxK) {
-          SortedTopK<A> top(best_d.data(), best_i.data(), K);
-          for (int64_t j = 0; j < L; ++j) {
-            const A d = sq_dist<T, A>(qr, pb + j * D, D);
-            if (use_radius && !(d <= r2)) continue;
-            top.push(d, j);
+        found = with_topk<A>(bd.data(), bi.data(), K, [&](auto& top) {
+          scan_rows<A, A>(q + r * D, p + b * N * D, pl[b], D, top, use_radius, r2);
+        });
+      }
+      write_row<A, A>(bd.data(), bi.data(), found, K, out_d + r * K, out_i + r * K);
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Low-dimensional path.
+
+template <int D, typename A>
+struct LowDCloud {
+  bool use_tree = false;
+  KdTree<D, A> tree;               // finite points
+  std::vector<int32_t> nonfinite;  // valid points with a NaN/inf coordinate, ascending
+  std::vector<int32_t> tree_q;     // queries searched in the tree, grouped
+  std::vector<int32_t> scan_q;     // queries scanned directly
+};
+
+// A unit of parallel work: a group of tree queries sharing a start leaf, or a
+// run of directly scanned queries.
+struct WorkItem {
+  int32_t cloud;
+  int32_t leaf;  // -1: direct scan
+  int64_t first;
+  int64_t count;
+};
+
+// The KD-tree pays off when there are enough queries to amortise the build and
+// k is small against the cloud; otherwise the direct scan wins.
+inline bool choose_tree(int64_t M_b, int64_t n_finite, int64_t K) {
+  if (n_finite < 256) return false;
+  if (K * 8 > n_finite) return false;
+  const double lg = std::log2(static_cast<double>(n_finite));
+  return static_cast<double>(M_b) >= 2.0 * lg + 8.0;
+}
+
+template <int D, typename A>
+void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int64_t B, int64_t M,
+              int64_t N, int64_t K, bool use_radius, double radius2, bool self_query, A* out_d,
+              int64_t* out_i) {
+  using Key = typename FiniteKey<A>::type;
+  const A r2 = static_cast<A>(radius2);
+  std::vector<LowDCloud<D, A>> clouds(B);
+  std::vector<KdBuilder<D, A>> builders;
+  builders.reserve(B);
+  for (int64_t b = 0; b < B; ++b) builders.emplace_back(&clouds[b].tree);
+
+  // 1. Per cloud: split finite / non-finite points, pick the path, fill the builder.
+  torch::stable::parallel_for(0, B, grain_for(4 * N), [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      LowDCloud<D, A>& c = clouds[b];
+      const int64_t L = pl[b];
+      const A* pb = p + b * N * D;
+      if (ql[b] == 0 || L == 0) continue;
+      for (int64_t j = 0; j < L; ++j) {
+        if (!cpu::all_finite<D, A>(pb + j * D)) c.nonfinite.push_back(static_cast<int32_t>(j));
+      }
+      const int64_t n_finite = L - static_cast<int64_t>(c.nonfinite.size());
+      c.use_tree = choose_tree(ql[b], n_finite, K);
+      if (!c.use_tree) continue;
+      KdBuilder<D, A>& bl = builders[b];
+      bl.init(n_finite, cpu::kTreeLeafSize);
+      int64_t pos = 0;
+      size_t nf = 0;
+      for (int64_t j = 0; j < L; ++j) {
+        if (nf < c.nonfinite.size() && c.nonfinite[nf] == j) {
+          ++nf;
+          continue;
+        }
+        auto& rec = bl.rec(pos++);
+        for (int d = 0; d < D; ++d) rec.c[d] = pb[j * D + d];
+        rec.idx = static_cast<int32_t>(j);
+      }
+    }
+  });
+
+  // 2. Build: the top of large trees is split serially so that the rest of
+  //    the build spreads over all threads even for a single huge cloud.
+  int64_t tree_points = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    if (clouds[b].use_tree) tree_points += clouds[b].tree.n;
+  }
+  const int64_t threads = std::max<int64_t>(1, torch::stable::get_num_threads());
+  const int64_t cut = std::max<int64_t>(8192, tree_points / (4 * threads));
+  std::vector<std::pair<int64_t, typename KdBuilder<D, A>::Task>> tasks;
+  for (int64_t b = 0; b < B; ++b) {
+    if (!clouds[b].use_tree) continue;
+    std::vector<typename KdBuilder<D, A>::Task> t;
+    builders[b].split_top(cut, &t);
+    for (const auto& x : t) tasks.emplace_back(b, x);
+  }
+  const int64_t build_grain = tasks.empty() ? 1 : grain_for(16 * tree_points /
+                                                            static_cast<int64_t>(tasks.size()));
+  torch::stable::parallel_for(0, static_cast<int64_t>(tasks.size()), build_grain,
+                              [&](int64_t begin, int64_t end) {
+                                for (int64_t i = begin; i < end; ++i) {
+                                  builders[tasks[i].first].build_task(tasks[i].second);
+                                }
+                              });
+
+  // 3. Query groups.  A self query walks the tree's leaves (each leaf's points
+  //    are one group); other queries are bucketed by the leaf a descent
+  //    reaches, so each group is spatially tight.
+  std::vector<int32_t> home;
+  if (!self_query) home.assign(B * M, -1);
+  torch::stable::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      if (clouds[b].use_tree) builders[b].finish();
+    }
+  });
+  if (!self_query) {
+    torch::stable::parallel_for(0, B * M, grain_for(64), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t b = r / M, m = r % M;
+        const LowDCloud<D, A>& c = clouds[b];
+        if (!c.use_tree || m >= ql[b] || !cpu::all_finite<D, A>(q + r * D)) continue;
+        home[r] = cpu::home_leaf<D, A>(c.tree, q + r * D);
+      }
+    });
+  }
+  std::vector<std::vector<WorkItem>> items_per_cloud(B);
+  torch::stable::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      LowDCloud<D, A>& c = clouds[b];
+      std::vector<WorkItem>& items = items_per_cloud[b];
+      const int64_t Mq = ql[b];
+      if (Mq == 0 || pl[b] == 0) continue;
+      const int32_t cb = static_cast<int32_t>(b);
+      if (!c.use_tree) {
+        for (int64_t m = 0; m < Mq; ++m) c.scan_q.push_back(static_cast<int32_t>(m));
+      } else if (self_query) {
+        const KdTree<D, A>& t = c.tree;
+        for (const int32_t leaf : t.leaves) {
+          const int64_t first = static_cast<int64_t>(c.tree_q.size());
+          for (int32_t pos = t.nodes[leaf].begin; pos < t.nodes[leaf].end; ++pos) {
+            if (t.index[pos] < Mq) c.tree_q.push_back(t.index[pos]);
           }
-          found = top.count;
-        } else {
-          cand.clear();
-          for (int64_t j = 0; j < L; ++j) {
-            const A d = sq_dist<T, A>(qr, pb + j * D, D);
-            if (use_radius && !(d <= r2)) continue;
-            cand.emplace_back(d, j);
+          const int64_t cnt = static_cast<int64_t>(c.tree_q.size()) - first;
+          if (cnt > 0) items.push_back({cb, leaf, first, cnt});
+        }
+        for (const int32_t j : c.nonfinite) {
+          if (j < Mq) c.scan_q.push_back(j);
+        }
+        // Query rows past the points' length are not in the tree.
+        for (int64_t m = pl[b]; m < Mq; ++m) c.scan_q.push_back(static_cast<int32_t>(m));
+      } else {
+        // Counting sort of the queries by home leaf (node ids index the counts).
+        const int64_t nn = static_cast<int64_t>(c.tree.nodes.size());
+        std::vector<int32_t> start(nn + 1, 0);
+        const int32_t* hb = home.data() + b * M;
+        for (int64_t m = 0; m < Mq; ++m) {
+          if (hb[m] >= 0) {
+            ++start[hb[m] + 1];
+          } else {
+            c.scan_q.push_back(static_cast<int32_t>(m));
           }
-          found = std::min<int64_t>(K, static_cast<int64_t>(cand.size()));
-          std::partial_sort(cand.begin(), cand.begin() + found, cand.end(),
-                            [](const std::pair<A, int64_t>& x, const std::pair<A, int64_t>& y) {
-                              return key_less(x.first, x.second, y.first, y.second);
-                            });
-          for (int64_t s = 0; s < found; ++s) {
-            best_d[s] = cand[s].first;
-            best_i[s] = cand[s].second;
+        }
+        for (int64_t i = 0; i < nn; ++i) start[i + 1] += start[i];
+        c.tree_q.resize(start[nn]);
+        std::vector<int32_t> fill(start.begin(), start.end() - 1);
+        for (int64_t m = 0; m < Mq; ++m) {
+          if (hb[m] >= 0) c.tree_q[fill[hb[m]]++] = static_cast<int32_t>(m);
+        }
+        for (const int32_t leaf : c.tree.leaves) {
+          for (int64_t s = start[leaf]; s < start[leaf + 1]; s += cpu::kMaxGroup) {
+            items.push_back({cb, leaf, s, std::min<int64_t>(cpu::kMaxGroup, start[leaf + 1] - s)});
           }
         }
       }
-      for (int64_t s = 0; s < found; ++s) {
-        od[s] = static_cast<T>(best_d[s]);
-        oi[s] = best_i[s];
+      const int64_t chunk = std::max<int64_t>(1, grain_for(pl[b] * D) / 4);
+      const int64_t nscan = static_cast<int64_t>(c.scan_q.size());
+      for (int64_t s = 0; s < nscan; s += chunk) {
+        items.push_back({cb, -1, s, std::min(chunk, nscan - s)});
       }
-      for (int64_t s = found; s < K; ++s) {
-        od[s] = static_cast<T>(pos_inf<A>());
-        oi[s] = -1;
+    }
+  });
+  std::vector<WorkItem> items;
+  for (auto& v : items_per_cloud) items.insert(items.end(), v.begin(), v.end());
+  std::vector<std::vector<WorkItem>>().swap(items_per_cloud);
+
+  // 4. Search.
+  const int64_t tree_cost = 64 * (K + 16);
+  torch::stable::parallel_for(
+      0, static_cast<int64_t>(items.size()), grain_for(cpu::kMaxGroup * tree_cost),
+      [&](int64_t begin, int64_t end) {
+        cpu::GroupSearch<D, A> gs(K, use_radius, r2);
+        std::vector<A> qa(cpu::kMaxGroup * D);
+        std::vector<Key> keys(cpu::kMaxGroup * K);
+        std::vector<FiniteTopK<A>> tops;
+        std::vector<A> bd(K);
+        std::vector<int64_t> bi(K);
+        for (int64_t w = begin; w < end; ++w) {
+          const WorkItem& it = items[w];
+          const int64_t b = it.cloud;
+          const LowDCloud<D, A>& c = clouds[b];
+          const A* pb = p + b * N * D;
+          if (it.leaf < 0) {
+            for (int64_t s = 0; s < it.count; ++s) {
+              const int64_t m = c.scan_q[it.first + s];
+              const int64_t r = b * M + m;
+              const int64_t found = with_topk<A>(bd.data(), bi.data(), K, [&](auto& top) {
+                scan_rows<A, A>(q + r * D, pb, pl[b], D, top, use_radius, r2);
+              });
+              write_row<A, A>(bd.data(), bi.data(), found, K, out_d + r * K, out_i + r * K);
+            }
+            continue;
+          }
+          const int64_t g = it.count;
+          const int32_t* qs = c.tree_q.data() + it.first;
+          A glo[D], ghi[D];
+          for (int64_t i = 0; i < g; ++i) {
+            const A* src = q + (b * M + qs[i]) * D;
+            for (int d = 0; d < D; ++d) {
+              qa[i * D + d] = src[d];
+              glo[d] = i == 0 || src[d] < glo[d] ? src[d] : glo[d];
+              ghi[d] = i == 0 || src[d] > ghi[d] ? src[d] : ghi[d];
+            }
+          }
+          tops.clear();
+          for (int64_t i = 0; i < g; ++i) tops.emplace_back(keys.data() + i * K, K);
+          gs.run(c.tree, qa.data(), g, tops.data(), glo, ghi);
+          for (int64_t i = 0; i < g; ++i) {
+            FiniteTopK<A>& top = tops[i];
+            top.finish();
+            const int64_t r = b * M + qs[i];
+            int64_t found = top.count;
+            for (int64_t s = 0; s < found; ++s) {
+              bd[s] = FiniteKey<A>::dist(top.keys[s]);
+              bi[s] = FiniteKey<A>::idx(top.keys[s]);
+            }
+            if (!c.nonfinite.empty()) {
+              // Top-k of a union = top-k of (the finite part's top-k, the rest).
+              std::vector<A> fd(bd.begin(), bd.begin() + found);
+              std::vector<int64_t> fi(bi.begin(), bi.begin() + found);
+              found = with_topk<A>(bd.data(), bi.data(), K, [&](auto& t2) {
+                for (size_t s = 0; s < fd.size(); ++s) t2.push(fd[s], fi[s]);
+                for (const int32_t j : c.nonfinite) {
+                  offer(t2, sq_dist<A, A>(qa.data() + i * D, pb + static_cast<int64_t>(j) * D, D),
+                        j, use_radius, r2);
+                }
+              });
+            }
+            write_row<A, A>(bd.data(), bi.data(), found, K, out_d + r * K, out_i + r * K);
+          }
+        }
+      });
+
+  // 5. Rows with no work: padding queries, and queries of empty clouds.
+  torch::stable::parallel_for(0, B, grain_for(M * K), [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t from = pl[b] == 0 ? 0 : ql[b];
+      for (int64_t m = from; m < M; ++m) {
+        write_padding<A, A>(K, out_d + (b * M + m) * K, out_i + (b * M + m) * K);
       }
     }
   });
 }
+
+template <typename A>
+bool knn_lowd_dispatch(int64_t D, const A* q, const A* p, const int64_t* ql, const int64_t* pl,
+                       int64_t B, int64_t M, int64_t N, int64_t K, bool use_radius,
+                       double radius2, bool self_query, A* out_d, int64_t* out_i) {
+  switch (D) {
+#define PCGEOM_LOWD_CASE(DD)                                                                 \
+  case DD:                                                                                   \
+    knn_lowd<DD, A>(q, p, ql, pl, B, M, N, K, use_radius, radius2, self_query, out_d, out_i); \
+    return true;
+    PCGEOM_LOWD_CASE(1)
+    PCGEOM_LOWD_CASE(2)
+    PCGEOM_LOWD_CASE(3)
+    PCGEOM_LOWD_CASE(4)
+    PCGEOM_LOWD_CASE(5)
+    PCGEOM_LOWD_CASE(6)
+    PCGEOM_LOWD_CASE(7)
+    PCGEOM_LOWD_CASE(8)
+#undef PCGEOM_LOWD_CASE
+    default:
+      return false;
+  }
+}
+
+// The search on float32 / float64 arrays; `dist` has the same dtype.
+template <typename A>
+void knn_search_acc(const A* qp, const A* pp, const int64_t* qlp, const int64_t* plp, int64_t B,
+                    int64_t M, int64_t N, int64_t D, int64_t k, bool use_radius, double radius2,
+                    bool self_query, A* od, int64_t* oi) {
+  // The tree and blocked paths store point indices as int32.
+  const bool small_index = N < (int64_t(1) << 31) - 1;
+  if (small_index && D <= kMaxTreeDim &&
+      knn_lowd_dispatch<A>(D, qp, pp, qlp, plp, B, M, N, k, use_radius, radius2, self_query, od,
+                           oi)) {
+    return;
+  }
+  if (small_index) {
+    knn_blocked_cpu<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, self_query, od, oi);
+    return;
+  }
+  knn_brute_kernel<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, od, oi);
+}
+
+// ---------------------------------------------------------------------------
+// Backward.
 
 template <typename T>
 void knn_backward_cpu_kernel(const T* g, const T* q, const T* p, const int64_t* idx, int64_t B,
@@ -114,6 +430,15 @@ void knn_backward_cpu_kernel(const T* g, const T* q, const T* p, const int64_t* 
   });
 }
 
+// Same storage, same layout: the query set is the point set (self query).
+bool same_tensor(const Tensor& a, const Tensor& b) {
+  if (a.const_data_ptr() != b.const_data_ptr() || a.dim() != b.dim()) return false;
+  for (int64_t d = 0; d < a.dim(); ++d) {
+    if (a.size(d) != b.size(d) || a.stride(d) != b.stride(d)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::tuple<Tensor, Tensor> knn_search_cpu(const Tensor& query_in, const Tensor& points_in,
@@ -131,25 +456,48 @@ std::tuple<Tensor, Tensor> knn_search_cpu(const Tensor& query_in, const Tensor& 
   STD_TORCH_CHECK(k >= 1, op, ": k must be >= 1, got ", k);
   check_int64_vector(query_lengths_in, B, op, "query_lengths");
   check_int64_vector(points_lengths_in, B, op, "points_lengths");
+  const auto dtype = query_in.scalar_type();
+  STD_TORCH_CHECK(dtype == torch::headeronly::ScalarType::Float ||
+                      dtype == torch::headeronly::ScalarType::Double ||
+                      dtype == torch::headeronly::ScalarType::Half ||
+                      dtype == torch::headeronly::ScalarType::BFloat16,
+                  op, ": expected a float16, bfloat16, float32 or float64 tensor");
 
-  const Tensor query = torch::stable::contiguous(query_in);
-  const Tensor points = torch::stable::contiguous(points_in);
+  const bool self_query = same_tensor(query_in, points_in);
   const Tensor ql = torch::stable::contiguous(query_lengths_in);
   const Tensor pl = torch::stable::contiguous(points_lengths_in);
   check_range_cpu(ql.const_data_ptr<int64_t>(), B, 0, M, op, "query_lengths");
   check_range_cpu(pl.const_data_ptr<int64_t>(), B, 0, N, op, "points_lengths");
 
-  Tensor dist = torch::stable::empty({B, M, k}, query.scalar_type(), std::nullopt, query.device());
+  // Half precision runs on exact float32 copies (the formula converts anyway).
+  const bool half = dtype == torch::headeronly::ScalarType::Half ||
+                    dtype == torch::headeronly::ScalarType::BFloat16;
+  const auto acc_type = half ? torch::headeronly::ScalarType::Float : dtype;
+  Tensor query = half ? torch::stable::to(query_in, acc_type) : query_in;
+  query = torch::stable::contiguous(query);
+  Tensor points = query;
+  if (!self_query) {
+    points = half ? torch::stable::to(points_in, acc_type) : points_in;
+    points = torch::stable::contiguous(points);
+  }
+
+  Tensor dist = torch::stable::empty({B, M, k}, acc_type, std::nullopt, query.device());
   Tensor idx = torch::stable::empty({B, M, k}, torch::headeronly::ScalarType::Long, std::nullopt,
                                     query.device());
-  if (B * M == 0) return std::make_tuple(dist, idx);
-  PCGEOM_DISPATCH_FLOATING(query.scalar_type(), op, [&] {
-    knn_brute_cpu_kernel<scalar_t>(query.const_data_ptr<scalar_t>(),
-                                   points.const_data_ptr<scalar_t>(), ql.const_data_ptr<int64_t>(),
-                                   pl.const_data_ptr<int64_t>(), B, M, N, D, k, use_radius,
-                                   radius2, dist.mutable_data_ptr<scalar_t>(),
-                                   idx.mutable_data_ptr<int64_t>());
-  });
+  if (B * M > 0) {
+    if (acc_type == torch::headeronly::ScalarType::Float) {
+      knn_search_acc<float>(query.const_data_ptr<float>(), points.const_data_ptr<float>(),
+                            ql.const_data_ptr<int64_t>(), pl.const_data_ptr<int64_t>(), B, M, N,
+                            D, k, use_radius, radius2, self_query, dist.mutable_data_ptr<float>(),
+                            idx.mutable_data_ptr<int64_t>());
+    } else {
+      knn_search_acc<double>(query.const_data_ptr<double>(), points.const_data_ptr<double>(),
+                             ql.const_data_ptr<int64_t>(), pl.const_data_ptr<int64_t>(), B, M, N,
+                             D, k, use_radius, radius2, self_query,
+                             dist.mutable_data_ptr<double>(), idx.mutable_data_ptr<int64_t>());
+    }
+  }
+  if (half) dist = torch::stable::to(dist, dtype);
   return std::make_tuple(dist, idx);
 }
 
