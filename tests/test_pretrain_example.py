@@ -32,9 +32,12 @@ def _load_example():
     return mod
 
 
-def _decreases(losses):
-    first, last = sum(losses[:3]) / 3, sum(losses[-3:]) / 3
-    return last < 0.5 * first, (first, last)
+def _decreases(out):
+    """Training loss (first vs last 5 steps) and the fixed held-out batch's loss both go down."""
+    losses, ev = out["losses"], out["eval_loss"]
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    ok = last < 0.9 * first and ev["after"] < 0.8 * ev["before"]
+    return ok, f"training {first:.4g} -> {last:.4g}, held-out {ev['before']:.4g} -> {ev['after']:.4g}"
 
 
 @pytest.fixture
@@ -55,10 +58,11 @@ def test_pretrain_single_process(tmp_path, monkeypatch, one_thread):
     out = ex.main(SMALL + ["--checkpoint", str(ckpt), "--device", "cpu"])
     losses = out["losses"]
     assert len(losses) == 20 and all(torch.isfinite(torch.tensor(losses)))
-    ok, (first, last) = _decreases(losses)
-    assert ok, f"loss did not decrease: {first:.4g} -> {last:.4g}"
+    ok, msg = _decreases(out)
+    assert ok, f"loss did not decrease: {msg}"
     saved = torch.load(ckpt, weights_only=False)
     assert saved["losses"] == losses and saved["world_size"] == 1 and saved["step"] == 20
+    assert saved["eval_loss"] == out["eval_loss"]
     model = ex.PointMAE(16, 16, 32, 1, 1, 2)
     model.load_state_dict(saved["model"])  # the checkpoint restores the architecture it came from
 
@@ -97,8 +101,9 @@ def test_pretrain_ddp_two_processes(tmp_path):
     assert r0["losses"] == r1["losses"]  # the logged loss is the mean over ranks
     mean = [(a + b) / 2 for a, b in zip(r0["local_losses"], r1["local_losses"])]
     assert torch.allclose(torch.tensor(r0["losses"]), torch.tensor(mean), rtol=1e-6)
-    ok, (first, last) = _decreases(r0["losses"])
-    assert ok, f"loss did not decrease: {first:.4g} -> {last:.4g}"
+    assert r0["eval_loss"] == r1["eval_loss"]  # same held-out batch, same weights
+    ok, msg = _decreases(r0)
+    assert ok, f"loss did not decrease: {msg}"
     main = torch.load(ckpt, weights_only=False)
     for name in main["model"]:
         assert torch.equal(main["model"][name], r0["model"][name])
