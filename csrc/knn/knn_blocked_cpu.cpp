@@ -18,8 +18,11 @@
 //      the pcgeom key order.
 // Self queries (the same tensor as query and points) compute only the upper
 // triangle of tiles and feed each tile to both its rows and its columns, which
-// halves the GEMM work.  Memory is fixed: one tile buffer plus the candidate
-// lists, never an M x N matrix.
+// halves the GEMM work; the tile pairs run in rounds of disjoint pairs (the
+// circle method), so no two threads touch one query's candidates.  Each task
+// multiplies its own tile (single-threaded inside the parallel region).
+// Memory is fixed: one tile per thread plus the candidate lists, never an
+// M x N matrix.
 //
 // Points with a NaN/inf coordinate are left out of the GEMM and merged in at
 // the end (the top-k of a union is the top-k of the parts' top-k); queries with
@@ -33,6 +36,10 @@
 #include <utility>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 
@@ -45,9 +52,7 @@ namespace {
 
 using torch::stable::Tensor;
 
-constexpr int64_t kRowBlock = 256;
-constexpr int64_t kColBlock = 1024;
-constexpr int64_t kColTask = 64;
+constexpr int64_t kBlock = 256;
 
 template <typename A>
 struct Numeric;
@@ -86,17 +91,23 @@ void gemm_nt(const A* a, int64_t m, const A* b, int64_t n, int64_t D, A* out) {
 template <typename A>
 struct QueryState {
   std::vector<std::pair<A, int32_t>> cand;
-  A tv;      // keep v <= tv
-  A margin;  // m_q
+  A* tv;      // keep v <= *tv (a slot of a contiguous array, read by vector code)
+  A margin;   // m_q
   int64_t cap;
+  bool seeded;
 
-  void init(A qn, A pmax, A delta, int64_t K, bool use_radius, A r2) {
+  void init(A qn, A pmax, A delta, int64_t K, bool use_radius, A r2, A* tv_slot) {
     cand.clear();
+    tv = tv_slot;
     margin = delta * (qn + pmax) + Numeric<A>::tiny;
     // Radius: exact <= r2 needs v <= r2 - |q|^2 + m (r2 padded for its own rounding).
-    tv = use_radius ? (r2 + r2 * A(1.0 / 65536) + margin) - qn : pos_inf<A>();
+    *tv = use_radius ? (r2 + r2 * A(1.0 / 65536) + margin) - qn : pos_inf<A>();
     cap = std::max<int64_t>(2 * K + 32, 64);
-    cand.reserve(cap);
+    seeded = false;
+  }
+
+  void lower(A t) {
+    if (t < *tv) *tv = t;
   }
 
   void compact(int64_t K) {
@@ -105,9 +116,8 @@ struct QueryState {
         return x.first < y.first;
       };
       std::nth_element(cand.begin(), cand.begin() + (K - 1), cand.end(), by_v);
-      const A t = cand[K - 1].first + A(2) * margin;
-      if (t < tv) tv = t;
-      const A lim = tv;
+      lower(cand[K - 1].first + A(2) * margin);
+      const A lim = *tv;
       cand.erase(std::remove_if(cand.begin(), cand.end(),
                                 [lim](const std::pair<A, int32_t>& x) { return x.first > lim; }),
                  cand.end());
@@ -117,6 +127,7 @@ struct QueryState {
   }
 
   inline void add(A v, int32_t j, int64_t K) {
+    if (cand.empty()) cand.reserve(cap);
     cand.emplace_back(v, j);
     if (static_cast<int64_t>(cand.size()) >= cap) compact(K);
   }
@@ -204,12 +215,10 @@ void prepare_points(const T* pb, int64_t L, int64_t D, Cloud<T>* c) {
 }
 
 // Final answer of one query from its candidates (+ the non-finite points).
-template <typename T>
-void finalize(const Cloud<T>& c, const acc_t<T>* qa, const T* qt, const T* pb, int64_t D,
-              int64_t K, QueryState<acc_t<T>>& st, bool use_radius, acc_t<T> r2,
-              std::vector<int32_t>& rows, std::vector<acc_t<T>>& dd, acc_t<T>* bd, int64_t* bi,
-              T* od, int64_t* oi) {
-  using A = acc_t<T>;
+template <typename A>
+void finalize(const Cloud<A>& c, const A* qa, const A* qt, const A* pb, int64_t D, int64_t K,
+              QueryState<A>& st, bool use_radius, A r2, std::vector<int32_t>& rows,
+              std::vector<A>& dd, A* bd, int64_t* bi, A* od, int64_t* oi) {
   st.compact(K);
   const int64_t n = static_cast<int64_t>(st.cand.size());
   rows.resize(n);
@@ -221,10 +230,10 @@ void finalize(const Cloud<T>& c, const acc_t<T>* qa, const T* qt, const T* pb, i
       cpu::offer(top, dd[s], static_cast<int64_t>(c.fidx[rows[s]]), use_radius, r2);
     }
     for (const int32_t j : c.nonfinite) {
-      cpu::offer(top, sq_dist<T, A>(qt, pb + static_cast<int64_t>(j) * D, D), j, use_radius, r2);
+      cpu::offer(top, sq_dist<A, A>(qt, pb + static_cast<int64_t>(j) * D, D), j, use_radius, r2);
     }
     top.finish();
-    cpu::write_row<T, A>(bd, bi, top.count, K, od, oi);
+    cpu::write_row<A, A>(bd, bi, top.count, K, od, oi);
   };
   if (K <= cpu::kSortedListMaxK) {
     cpu::SortedTopKList<A> top(bd, bi, K);
@@ -235,181 +244,207 @@ void finalize(const Cloud<T>& c, const acc_t<T>* qa, const T* qt, const T* pb, i
   }
 }
 
-// Direct scan of one cloud's queries (small clouds, k close to N, overflow).
-template <typename T>
-void scan_cloud(const T* qb, const T* pb, int64_t Lq, int64_t L, int64_t D, int64_t K,
-                bool use_radius, acc_t<T> r2, T* od, int64_t* oi) {
-  using A = acc_t<T>;
-  const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, L * D));
-  torch::stable::parallel_for(0, Lq, grain, [&](int64_t begin, int64_t end) {
-    std::vector<A> bd(K);
-    std::vector<int64_t> bi(K);
-    for (int64_t m = begin; m < end; ++m) {
-      auto run = [&](auto& top) {
-        cpu::scan_rows<T, A>(qb + m * D, pb, L, D, top, use_radius, r2);
-        top.finish();
-        cpu::write_row<T, A>(bd.data(), bi.data(), top.count, K, od + m * K, oi + m * K);
-      };
-      if (K <= cpu::kSortedListMaxK) {
-        cpu::SortedTopKList<A> top(bd.data(), bi.data(), K);
-        run(top);
-      } else {
-        cpu::HeapTopK<A> top(bd.data(), bi.data(), K);
-        run(top);
-      }
-    }
-  });
-}
-
-// Scans one row of a tile for one query: candidates j0 + c for c in [0, n).
+// Direct scan of one query (small clouds, k close to N, NaN/inf, overflow).
 template <typename A>
-inline void scan_tile_row(const A* g, const A* pn, int64_t n, int32_t j0, QueryState<A>& st,
-                          int64_t K) {
-  for (int64_t c = 0; c < n; ++c) {
-    const A v = pn[c] - A(2) * g[c];
-    if (v <= st.tv) st.add(v, j0 + static_cast<int32_t>(c), K);
+void scan_query(const A* qr, const A* pb, int64_t L, int64_t D, int64_t K, bool use_radius, A r2,
+                A* bd, int64_t* bi, A* od, int64_t* oi) {
+  auto run = [&](auto& top) {
+    cpu::scan_rows<A, A>(qr, pb, L, D, top, use_radius, r2);
+    top.finish();
+    cpu::write_row<A, A>(bd, bi, top.count, K, od, oi);
+  };
+  if (K <= cpu::kSortedListMaxK) {
+    cpu::SortedTopKList<A> top(bd, bi, K);
+    run(top);
+  } else {
+    cpu::HeapTopK<A> top(bd, bi, K);
+    run(top);
   }
 }
 
-template <typename T>
-void blocked_cloud(const T* qb, const T* pb, int64_t Lq, int64_t L, int64_t D, int64_t K,
-                   bool use_radius, acc_t<T> r2, bool self_query, T* od, int64_t* oi) {
-  using A = acc_t<T>;
-  Cloud<T> c;
-  prepare_points<T>(pb, L, D, &c);
+// v = |p|^2 - 2 q.p for one tile row (2g is exact, so every path agrees).
+template <typename A>
+inline void tile_values(const A* g, const A* pn, int64_t n, A* v) {
+  for (int64_t c = 0; c < n; ++c) v[c] = pn[c] - (g[c] + g[c]);
+}
+
+// Offers candidates j0 + c (c in [0, n)) of one tile row to one query.  The
+// first row a query sees sets its threshold with one selection, which spares
+// the many compactions a cold start would cost.
+template <typename A>
+void scan_tile_row(const A* g, const A* pn, int64_t n, int32_t j0, QueryState<A>& st, int64_t K,
+                   std::vector<A>& vbuf) {
+  vbuf.resize(2 * n);
+  A* v = vbuf.data();
+  tile_values(g, pn, n, v);
+  if (!st.seeded && n >= K) {
+    A* sel = v + n;
+    std::copy(v, v + n, sel);
+    std::nth_element(sel, sel + (K - 1), sel + n);
+    st.lower(sel[K - 1] + A(2) * st.margin);
+    st.seeded = true;
+  }
+  for (int64_t c = 0; c < n; ++c) {
+    if (v[c] <= *st.tv) st.add(v[c], j0 + static_cast<int32_t>(c), K);
+  }
+}
+
+// The transposed use of a tile row: candidate i (norm pr) for the queries of
+// columns [0, n), whose thresholds are tv[0, n).
+template <typename A>
+inline void scan_tile_col(const A* g, A pr, int64_t n, int32_t i, QueryState<A>* st, const A* tv,
+                          int64_t K) {
+  for (int64_t j = 0; j < n; ++j) {
+    const A v = pr - (g[j] + g[j]);
+    if (v <= tv[j]) st[j].add(v, i, K);
+  }
+}
+
+#if defined(__SSE2__) && (defined(__GNUC__) || defined(__clang__))
+template <>
+inline void scan_tile_col<float>(const float* g, float pr, int64_t n, int32_t i,
+                                 QueryState<float>* st, const float* tv, int64_t K) {
+  const __m128 p4 = _mm_set1_ps(pr);
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const __m128 g4 = _mm_loadu_ps(g + j);
+    const __m128 v4 = _mm_sub_ps(p4, _mm_add_ps(g4, g4));
+    int m = _mm_movemask_ps(_mm_cmple_ps(v4, _mm_loadu_ps(tv + j)));
+    if (m == 0) continue;
+    alignas(16) float vv[4];
+    _mm_store_ps(vv, v4);
+    while (m) {
+      const int l = __builtin_ctz(static_cast<unsigned>(m));
+      m &= m - 1;
+      if (vv[l] <= tv[j + l]) st[j + l].add(vv[l], i, K);
+    }
+  }
+  for (; j < n; ++j) {
+    const float v = pr - (g[j] + g[j]);
+    if (v <= tv[j]) st[j].add(v, i, K);
+  }
+}
+#endif
+
+// Everything the blocked search keeps about one cloud.
+template <typename A>
+struct CloudWork {
+  bool active = false;     // has queries and points
+  bool blocked = false;    // GEMM path (else every query is scanned)
+  bool symmetric = false;  // self query over identical rows
+  Cloud<A> c;
+  std::vector<int32_t> qrows;  // row of each finite query
+  std::vector<int32_t> qbad;   // rows scanned directly
+  std::vector<A> Qc, Qa, qn;   // finite queries (non-symmetric clouds)
+  std::vector<QueryState<A>> states;
+  std::vector<A> tv;           // per query: keep candidates with v <= tv
+  int64_t nblocks = 0;         // query blocks (row blocks of the tile grid)
+
+  const A* qc() const { return symmetric ? c.Pc.data() : Qc.data(); }
+  const A* qa() const { return symmetric ? c.Pa.data() : Qa.data(); }
+  const A* qnorm() const { return symmetric ? c.pn.data() : qn.data(); }
+  int64_t nq() const { return static_cast<int64_t>(qrows.size()); }
+};
+
+template <typename A>
+void prepare_cloud(const A* qb, const A* pb, int64_t Lq, int64_t L, int64_t D, int64_t K,
+                   bool use_radius, A r2, bool self_query, CloudWork<A>* w) {
+  w->active = Lq > 0 && L > 0;
+  if (!w->active) return;
+  Cloud<A>& c = w->c;
+  prepare_points<A>(pb, L, D, &c);
   const int64_t nF = static_cast<int64_t>(c.fidx.size());
-  if (!c.ok || nF < 64 || 4 * K > nF || Lq < 16) {
-    scan_cloud<T>(qb, pb, Lq, L, D, K, use_radius, r2, od, oi);
+  w->blocked = c.ok && nF >= 64 && 4 * K <= nF && Lq >= 16;
+  if (!w->blocked) {
+    for (int64_t m = 0; m < Lq; ++m) w->qbad.push_back(static_cast<int32_t>(m));
     return;
   }
-  const A delta = static_cast<A>(8 * D + 64) * Numeric<A>::unit;
-  std::vector<A> G(kRowBlock * kColBlock);
-
-  // Queries: finite rows, centred on the points' mean.  A self query with all
-  // rows valid reuses the points' arrays.
-  const bool symmetric = self_query && Lq == L;
-  std::vector<int32_t> qrows;     // query row of each finite query
-  std::vector<int32_t> qbad;      // non-finite query rows
-  std::vector<A> Qc_store, qn_store, Qa_store;
-  const A* Qc;
-  const A* Qa;
-  const A* qn;
-  if (symmetric) {
-    qrows = c.fidx;
-    qbad = c.nonfinite;
-    Qc = c.Pc.data();
-    Qa = c.Pa.data();
-    qn = c.pn.data();
+  w->symmetric = self_query && Lq == L;
+  if (w->symmetric) {
+    w->qrows = c.fidx;
+    w->qbad = c.nonfinite;
   } else {
-    qrows.reserve(Lq);
     for (int64_t m = 0; m < Lq; ++m) {
       bool fin = true;
-      for (int64_t d = 0; d < D; ++d) fin = fin && std::isfinite(static_cast<A>(qb[m * D + d]));
-      (fin ? qrows : qbad).push_back(static_cast<int32_t>(m));
+      for (int64_t d = 0; d < D; ++d) fin = fin && std::isfinite(qb[m * D + d]);
+      (fin ? w->qrows : w->qbad).push_back(static_cast<int32_t>(m));
     }
-    const int64_t nQ = static_cast<int64_t>(qrows.size());
-    Qc_store.resize(nQ * D);
-    Qa_store.resize(nQ * D);
-    qn_store.resize(nQ);
+    const int64_t nQ = w->nq();
+    w->Qc.resize(nQ * D);
+    w->Qa.resize(nQ * D);
+    w->qn.resize(nQ);
     A qmax = A(0);
     for (int64_t r = 0; r < nQ; ++r) {
       A s = A(0);
       for (int64_t d = 0; d < D; ++d) {
-        const A x = static_cast<A>(qb[static_cast<int64_t>(qrows[r]) * D + d]);
+        const A x = qb[static_cast<int64_t>(w->qrows[r]) * D + d];
         const A y = x - c.mu[d];
-        Qa_store[r * D + d] = x;
-        Qc_store[r * D + d] = y;
+        w->Qa[r * D + d] = x;
+        w->Qc[r * D + d] = y;
         s += y * y;
       }
-      qn_store[r] = s;
+      w->qn[r] = s;
       qmax = s > qmax ? s : qmax;
     }
     if (!(std::isfinite(qmax) && qmax < Numeric<A>::huge)) {
-      scan_cloud<T>(qb, pb, Lq, L, D, K, use_radius, r2, od, oi);
+      // Norms could overflow: scan every query.
+      w->blocked = false;
+      w->qrows.clear();
+      w->qbad.clear();
+      for (int64_t m = 0; m < Lq; ++m) w->qbad.push_back(static_cast<int32_t>(m));
       return;
     }
-    Qc = Qc_store.data();
-    Qa = Qa_store.data();
-    qn = qn_store.data();
   }
-  const int64_t nQ = static_cast<int64_t>(qrows.size());
+  const A delta = static_cast<A>(8 * D + 64) * Numeric<A>::unit;
+  const int64_t nQ = w->nq();
+  w->states.resize(nQ);
+  w->tv.resize(nQ);
+  const A* qn = w->qnorm();
+  for (int64_t i = 0; i < nQ; ++i) {
+    w->states[i].init(qn[i], c.pmax, delta, K, use_radius, r2, &w->tv[i]);
+  }
+  w->nblocks = (nQ + kBlock - 1) / kBlock;
+}
 
-  // Non-finite query rows: every distance is NaN/inf; scan.
-  torch::stable::parallel_for(0, static_cast<int64_t>(qbad.size()), 1,
-                              [&](int64_t begin, int64_t end) {
-                                for (int64_t s = begin; s < end; ++s) {
-                                  const int64_t m = qbad[s];
-                                  scan_cloud<T>(qb + m * D, pb, 1, L, D, K, use_radius, r2,
-                                                od + m * K, oi + m * K);
-                                }
-                              });
+// One tile task: query block I against point block J of one cloud.  For a
+// symmetric cloud the tile also serves point block J's queries (columns).
+struct TileTask {
+  int32_t cloud;
+  int32_t I;
+  int32_t J;  // -1: a non-symmetric query block against every point block
+};
 
-  auto finalize_range = [&](std::vector<QueryState<A>>& states, int64_t s0, int64_t n) {
-    torch::stable::parallel_for(0, n, 8, [&](int64_t begin, int64_t end) {
-      std::vector<int32_t> rows;
-      std::vector<A> dd;
-      std::vector<A> bd(K);
-      std::vector<int64_t> bi(K);
-      for (int64_t s = begin; s < end; ++s) {
-        const int64_t r = s0 + s;
-        const int64_t m = qrows[r];
-        finalize<T>(c, Qa + r * D, qb + m * D, pb, D, K, states[s], use_radius, r2, rows, dd,
-                    bd.data(), bi.data(), od + m * K, oi + m * K);
-      }
-    });
-  };
-
-  if (symmetric) {
-    std::vector<QueryState<A>> states(nF);
-    for (int64_t i = 0; i < nF; ++i) states[i].init(qn[i], c.pmax, delta, K, use_radius, r2);
-    for (int64_t i0 = 0; i0 < nF; i0 += kRowBlock) {
-      const int64_t ri = std::min(kRowBlock, nF - i0);
-      for (int64_t c0 = i0; c0 < nF; c0 += kColBlock) {
-        const int64_t cn = std::min(kColBlock, nF - c0);
-        gemm_nt<A>(c.Pc.data() + i0 * D, ri, c.Pc.data() + c0 * D, cn, D, G.data());
-        // Columns past the diagonal block also serve as queries (the tile's transpose).
-        const int64_t cs = std::max(c0, i0 + ri);
-        const int64_t ncol = c0 + cn > cs ? (c0 + cn - cs + kColTask - 1) / kColTask : 0;
-        torch::stable::parallel_for(0, ri + ncol, 1, [&](int64_t begin, int64_t end) {
-          for (int64_t t = begin; t < end; ++t) {
-            if (t < ri) {
-              scan_tile_row<A>(G.data() + t * cn, c.pn.data() + c0, cn,
-                               static_cast<int32_t>(c0), states[i0 + t], K);
-              continue;
-            }
-            const int64_t a = cs + (t - ri) * kColTask;
-            const int64_t e = std::min(c0 + cn, a + kColTask);
-            for (int64_t r = 0; r < ri; ++r) {
-              const A pr = c.pn[i0 + r];
-              const A* g = G.data() + r * cn - c0;
-              for (int64_t j = a; j < e; ++j) {
-                const A v = pr - A(2) * g[j];
-                if (v <= states[j].tv) states[j].add(v, static_cast<int32_t>(i0 + r), K);
-              }
-            }
-          }
-        });
+template <typename A>
+void run_tile(CloudWork<A>& w, const TileTask& t, int64_t D, int64_t K, std::vector<A>& G,
+              std::vector<A>& vbuf) {
+  const Cloud<A>& c = w.c;
+  const int64_t nF = static_cast<int64_t>(c.fidx.size());
+  const int64_t i0 = t.I * kBlock;
+  const int64_t ri = std::min(kBlock, w.nq() - i0);
+  G.resize(kBlock * kBlock);
+  if (t.J < 0) {
+    for (int64_t c0 = 0; c0 < nF; c0 += kBlock) {
+      const int64_t cn = std::min(kBlock, nF - c0);
+      gemm_nt<A>(w.qc() + i0 * D, ri, c.Pc.data() + c0 * D, cn, D, G.data());
+      for (int64_t r = 0; r < ri; ++r) {
+        scan_tile_row<A>(G.data() + r * cn, c.pn.data() + c0, cn, static_cast<int32_t>(c0),
+                         w.states[i0 + r], K, vbuf);
       }
     }
-    finalize_range(states, 0, nF);
     return;
   }
-
-  std::vector<QueryState<A>> states(kRowBlock);
-  for (int64_t i0 = 0; i0 < nQ; i0 += kRowBlock) {
-    const int64_t ri = std::min(kRowBlock, nQ - i0);
-    for (int64_t r = 0; r < ri; ++r) states[r].init(qn[i0 + r], c.pmax, delta, K, use_radius, r2);
-    for (int64_t c0 = 0; c0 < nF; c0 += kColBlock) {
-      const int64_t cn = std::min(kColBlock, nF - c0);
-      gemm_nt<A>(Qc + i0 * D, ri, c.Pc.data() + c0 * D, cn, D, G.data());
-      torch::stable::parallel_for(0, ri, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t t = begin; t < end; ++t) {
-          scan_tile_row<A>(G.data() + t * cn, c.pn.data() + c0, cn, static_cast<int32_t>(c0),
-                           states[t], K);
-        }
-      });
-    }
-    finalize_range(states, i0, ri);
+  const int64_t j0 = t.J * kBlock;
+  const int64_t cn = std::min(kBlock, nF - j0);
+  gemm_nt<A>(c.Pc.data() + i0 * D, ri, c.Pc.data() + j0 * D, cn, D, G.data());
+  for (int64_t r = 0; r < ri; ++r) {
+    scan_tile_row<A>(G.data() + r * cn, c.pn.data() + j0, cn, static_cast<int32_t>(j0),
+                     w.states[i0 + r], K, vbuf);
+  }
+  if (t.I == t.J) return;
+  // The transpose: point block J's queries against point block I.
+  for (int64_t r = 0; r < ri; ++r) {
+    scan_tile_col<A>(G.data() + r * cn, c.pn[i0 + r], cn, static_cast<int32_t>(i0 + r),
+                     w.states.data() + j0, w.tv.data() + j0, K);
   }
 }
 
@@ -419,18 +454,98 @@ template <typename T>
 void knn_blocked_cpu(const T* q, const T* p, const int64_t* ql, const int64_t* pl, int64_t B,
                      int64_t M, int64_t N, int64_t D, int64_t K, bool use_radius, double radius2,
                      bool self_query, T* out_d, int64_t* out_i) {
-  using A = acc_t<T>;
+  using A = T;
   const A r2 = static_cast<A>(radius2);
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t Lq = ql[b];
-    T* od = out_d + b * M * K;
-    int64_t* oi = out_i + b * M * K;
-    if (pl[b] > 0 && Lq > 0) {
-      blocked_cloud<T>(q + b * M * D, p + b * N * D, Lq, pl[b], D, K, use_radius, r2, self_query,
-                       od, oi);
+  std::vector<CloudWork<A>> works(B);
+  torch::stable::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      prepare_cloud<A>(q + b * M * D, p + b * N * D, ql[b], pl[b], D, K, use_radius, r2,
+                       self_query, &works[b]);
     }
-    const int64_t from = pl[b] > 0 ? Lq : 0;
-    for (int64_t m = from; m < M; ++m) cpu::write_padding<T, A>(K, od + m * K, oi + m * K);
+  });
+
+  // Rounds of tile tasks.  Round 0: the diagonal tiles of symmetric clouds and
+  // the whole rows of the others; then the circle method pairs the blocks of
+  // every symmetric cloud so that each round's pairs are disjoint.
+  int64_t max_nb = 0;
+  std::vector<TileTask> round;
+  for (int64_t b = 0; b < B; ++b) {
+    const CloudWork<A>& w = works[b];
+    if (!w.active || !w.blocked) continue;
+    for (int64_t I = 0; I < w.nblocks; ++I) {
+      round.push_back({static_cast<int32_t>(b), static_cast<int32_t>(I),
+                       w.symmetric ? static_cast<int32_t>(I) : -1});
+    }
+    if (w.symmetric) max_nb = std::max(max_nb, w.nblocks);
+  }
+  auto run_round = [&](const std::vector<TileTask>& tasks) {
+    torch::stable::parallel_for(0, static_cast<int64_t>(tasks.size()), 1,
+                                [&](int64_t begin, int64_t end) {
+                                  std::vector<A> G, vbuf;
+                                  for (int64_t i = begin; i < end; ++i) {
+                                    run_tile<A>(works[tasks[i].cloud], tasks[i], D, K, G,
+                                                vbuf);
+                                  }
+                                });
+  };
+  run_round(round);
+  const int64_t n = max_nb % 2 ? max_nb + 1 : max_nb;  // even, with a dummy block
+  for (int64_t r = 0; r + 1 < n; ++r) {
+    round.clear();
+    for (int64_t b = 0; b < B; ++b) {
+      const CloudWork<A>& w = works[b];
+      if (!w.active || !w.blocked || !w.symmetric) continue;
+      for (int64_t i = 0; i < n / 2; ++i) {
+        // Circle method: block n-1 stays, the others rotate.
+        const int64_t x = i == 0 ? n - 1 : (r + i) % (n - 1);
+        const int64_t y = (r - i + (n - 1)) % (n - 1);
+        const int64_t I = std::min(x, y), J = std::max(x, y);
+        if (J >= w.nblocks) continue;
+        round.push_back({static_cast<int32_t>(b), static_cast<int32_t>(I),
+                         static_cast<int32_t>(J)});
+      }
+    }
+    if (!round.empty()) run_round(round);
+  }
+
+  // Final answers, and the rows scanned directly.
+  std::vector<int64_t> offsets(B + 1, 0);
+  for (int64_t b = 0; b < B; ++b) {
+    offsets[b + 1] = offsets[b] + works[b].nq() + static_cast<int64_t>(works[b].qbad.size());
+  }
+  torch::stable::parallel_for(0, offsets[B], 8, [&](int64_t begin, int64_t end) {
+    std::vector<int32_t> rows;
+    std::vector<A> dd;
+    std::vector<A> bd(K);
+    std::vector<int64_t> bi(K);
+    int64_t b = std::upper_bound(offsets.begin(), offsets.end(), begin) - offsets.begin() - 1;
+    for (int64_t s = begin; s < end; ++s) {
+      while (s >= offsets[b + 1]) ++b;
+      CloudWork<A>& w = works[b];
+      const int64_t i = s - offsets[b];
+      const A* qb = q + b * M * D;
+      const A* pb = p + b * N * D;
+      A* od = out_d + b * M * K;
+      int64_t* oi = out_i + b * M * K;
+      if (i < w.nq()) {
+        const int64_t m = w.qrows[i];
+        finalize<A>(w.c, w.qa() + i * D, qb + m * D, pb, D, K, w.states[i], use_radius, r2, rows,
+                    dd, bd.data(), bi.data(), od + m * K, oi + m * K);
+        std::vector<std::pair<A, int32_t>>().swap(w.states[i].cand);
+      } else {
+        const int64_t m = w.qbad[i - w.nq()];
+        scan_query<A>(qb + m * D, pb, pl[b], D, K, use_radius, r2, bd.data(), bi.data(),
+                      od + m * K, oi + m * K);
+      }
+    }
+  });
+
+  // Padding rows.
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t from = pl[b] > 0 ? ql[b] : 0;
+    for (int64_t m = from; m < M; ++m) {
+      cpu::write_padding<A, A>(K, out_d + (b * M + m) * K, out_i + (b * M + m) * K);
+    }
   }
 }
 
@@ -440,4 +555,5 @@ template void knn_blocked_cpu<float>(const float*, const float*, const int64_t*,
 template void knn_blocked_cpu<double>(const double*, const double*, const int64_t*,
                                       const int64_t*, int64_t, int64_t, int64_t, int64_t, int64_t,
                                       bool, double, bool, double*, int64_t*);
+
 }  // namespace pcgeom
