@@ -55,6 +55,12 @@ __device__ __forceinline__ unsigned char* dynamic_smem() {
   return pcgeom_dynamic_smem;
 }
 
+// A load that bypasses the (non-coherent) L1 cache: for polling a flag that
+// other blocks update with atomics.
+__device__ __forceinline__ unsigned long long load_relaxed(const unsigned long long* p) {
+  return *reinterpret_cast<const volatile unsigned long long*>(p);
+}
+
 inline bool on_gpu(const Tensor& t) { return t.is_cuda(); }
 inline int32_t gpu_index(const Tensor& t) { return t.get_device_index(); }
 
@@ -69,6 +75,9 @@ struct DeviceGuard {
   explicit DeviceGuard(int32_t) {}
 };
 inline unsigned char* dynamic_smem() { return ::emu::block_smem(); }
+inline unsigned long long load_relaxed(const unsigned long long* p) {
+  return std::atomic_ref<unsigned long long>(*const_cast<unsigned long long*>(p)).load();
+}
 inline bool on_gpu(const Tensor& t) { return t.is_cpu(); }  // emulated "device" memory is host memory
 inline int32_t gpu_index(const Tensor&) { return 0; }
 inline cudaStream_t current_stream(int32_t) { return nullptr; }

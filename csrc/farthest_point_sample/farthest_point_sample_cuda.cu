@@ -161,7 +161,7 @@ __device__ __forceinline__ void grid_barrier(unsigned long long* counter,
   if (threadIdx.x == 0) {
     __threadfence();
     atomicAdd(counter, 1ULL);
-    while (*reinterpret_cast<volatile unsigned long long*>(counter) < target) __nanosleep(32);
+    while (load_relaxed(counter) < target) __nanosleep(32);
     __threadfence();
   }
   __syncthreads();

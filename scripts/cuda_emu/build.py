@@ -68,7 +68,8 @@ def rewrite_launches(src: str) -> str:
 
 def main(argv=None) -> pathlib.Path:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--asan", action="store_true", help="build with AddressSanitizer")
+    ap.add_argument("--asan", action="store_true", help="build with AddressSanitizer (like memcheck)")
+    ap.add_argument("--tsan", action="store_true", help="build with ThreadSanitizer (like racecheck)")
     args = ap.parse_args(argv)
     import torch
     from torch.utils.cpp_extension import include_paths, library_paths
@@ -92,12 +93,14 @@ def main(argv=None) -> pathlib.Path:
         f"STABLE_TORCH_LIBRARY(pcgeom_emu, m) {{\n{defs}\n}}\n"
     )
     sources.append(module)
-    lib = OUT / ("libpcgeom_cuda_emu" + ("_asan" if args.asan else "") + ".so")
+    lib = OUT / ("libpcgeom_cuda_emu" + ("_asan" if args.asan else "_tsan" if args.tsan else "") + ".so")
     flags = ["-std=c++20", "-O1", "-g", "-fPIC", "-shared", "-ffp-contract=off", "-pthread",
              "-DPCGEOM_CUDA_EMULATION", "-DTORCH_TARGET_VERSION=0x020a000000000000",
              "-Wall", "-Wno-unused-variable", "-Wno-unused-but-set-variable", "-Wno-sign-compare"]
     if args.asan:
         flags += ["-fsanitize=address", "-fno-omit-frame-pointer"]
+    elif args.tsan:
+        flags += ["-fsanitize=thread"]
     inc = [f"-I{ROOT / 'csrc'}", f"-I{HERE}", f"-I{sysconfig.get_paths()['include']}"]
     inc += [f"-I{p}" for p in include_paths()]
     libs = [f"-L{p}" for p in library_paths()] + [f"-Wl,-rpath,{p}" for p in library_paths()]
