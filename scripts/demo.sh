@@ -4,5 +4,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/setup_env.sh
+# With no options the README command may be run again and again: it then
+# refreshes its own outputs in pcgeom-demo/ (pcgeom demo alone never overwrites).
+if [ "$#" -eq 0 ]; then set -- --out pcgeom-demo --overwrite; fi
 printf '\n== pcgeom demo %s\n' "$*"
 "${PCGEOM_VENV:-.venv}/bin/pcgeom" demo "$@"
