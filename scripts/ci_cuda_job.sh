@@ -11,7 +11,9 @@
 #      that 2.14.1 venv, loads its native library and passes the op tests;
 #   3. CUDA compile check: the package built from a copy of the source tree with
 #      FORCE_CUDA=1 for sm_75, sm_80 and sm_90 (+PTX), every op has a CUDA kernel
-#      registered, and the CPU ops still pass.
+#      registered, and the CPU ops still pass;
+#   4. the CUDA kernels' code, built on the CPU emulator (scripts/cuda_emu), gives
+#      the CPU kernels' answers bit for bit.
 #
 # Environment: PCGEOM_CI_CUDA_WORK (default ${TMPDIR:-/tmp}/pcgeom-ci-cuda),
 # PYTHON (default python3), CUDA_HOME (default /usr/local/cuda).
@@ -150,4 +152,12 @@ if [[ -f $TESTS/test_cuda.py ]]; then
   step "tests/test_cuda.py (static checks; the GPU tests skip without a GPU)"
   PCGEOM_SOURCE_ROOT=$SRC run_pytest "$TESTS/test_cuda.py"
 fi
+# ------------------------------------------- 4. the kernels' logic, emulated
+# No GPU here, so the same CUDA sources also run on the CPU emulator and must
+# match the CPU kernels bit for bit (scripts/cuda_emu; the slow cooperative-
+# launch cases are left to a full run of test_emu.py).
+step "CUDA kernels on the CPU emulator (scripts/cuda_emu)"
+(cd "$WORK" && "$PY" "$SRC/scripts/cuda_emu/build.py" >"$WORK/build-emu.log" 2>&1) \
+  || { tail -30 "$WORK/build-emu.log"; echo "ERROR: the emulator build failed" >&2; exit 1; }
+run_pytest "$SRC/scripts/cuda_emu/test_emu.py" -k "not multi or quick"
 step "CUDA compile check passed"

@@ -5,7 +5,8 @@ one OS thread per CUDA thread).  Run it after touching a ``*_cuda.cu`` file on
 a machine without a GPU:
 
     python scripts/cuda_emu/build.py [--asan]
-    python -m pytest -q scripts/cuda_emu/test_emu.py
+    python -m pytest -q scripts/cuda_emu/test_emu.py          # ~6 min on 2 cores
+    python -m pytest -q scripts/cuda_emu/test_emu.py -k "not multi or quick"   # ~20 s (CI)
     # memcheck-like: out-of-bounds accesses abort with an AddressSanitizer report
     PCGEOM_CUDA_EMU_LIB=build/cuda_emu/libpcgeom_cuda_emu_asan.so ASAN_OPTIONS=detect_leaks=0 \\
         LD_PRELOAD=$(gcc -print-file-name=libasan.so) python -m pytest -q scripts/cuda_emu/test_emu.py
@@ -212,6 +213,15 @@ def test_fps(fps_path, dtype):
     L, st = lens(p, 90, 41, 1), torch.tensor([7, 40, 0])
     same(E().farthest_point_sample(p, 24, L, st), C().farthest_point_sample(p, 24, L, st), "fps")
     same(E().farthest_point_sample(p, 100, L, st), C().farthest_point_sample(p, 100, L, st), "fps S > N")
+
+
+def test_fps_multi_block_quick(monkeypatch):
+    # The cooperative multi-block kernel, small enough for every CI run (the
+    # emulator runs all its blocks' threads at once): 2 blocks share a cloud.
+    monkeypatch.setenv("PCGEOM_CUDA_FPS_PATH", "multi")
+    p = rand(1, 40, 3, seed=24)
+    L, st = lens(p), torch.tensor([5])
+    same(E().farthest_point_sample(p, 10, L, st), C().farthest_point_sample(p, 10, L, st), "multi quick")
 
 
 @pytest.mark.parametrize("optin", ["600", "1000", "2000000"])
