@@ -241,6 +241,9 @@ def test_knn_grid_degenerate_clouds(monkeypatch):
     for name, p in [("plane", flat), ("line", line), ("same", same), ("huge", huge), ("tiny", tiny), ("1e200", spread)]:
         check_knn(p[:, :500], p, 9, what=name)
         check_knn(p[:, :200] * 3 - 1, p, 9, what=f"{name} outside")
+    # So far from a tiny cloud that the query's cell coordinate overflows.
+    speck = torch.rand(1, 3000, 3, generator=g, dtype=torch.float64) * 1e-200
+    check_knn(torch.full((1, 4, 3), 1e150, dtype=torch.float64), speck, 9, what="far from a speck")
 
 
 # --------------------------------------------------------------------------- ball_query

@@ -380,7 +380,14 @@ __global__ void __launch_bounds__(kThreads)
         if (a.use_radius && !(d <= a.r2)) return;
         list.push(d, j);
       };
-      if (!g.ok || !q_finite) {
+      // The query in cell units; if that overflows (a huge coordinate against
+      // a tiny grid), the shell bounds would be meaningless.
+      bool use_grid = g.ok && q_finite;
+      for (int d = 0; d < 3 && use_grid; ++d) {
+        u[d] = (u[d] - g.lo[d]) * g.inv_h;
+        use_grid = isfinite(u[d]);
+      }
+      if (!use_grid) {
         // Rare: a cloud without a usable grid, or a query with inf/NaN
         // coordinates (its distances are inf/NaN, so no shell bound applies).
         const T* pb = a.p + b * a.N * 3;
@@ -394,10 +401,7 @@ __global__ void __launch_bounds__(kThreads)
           }
         };
         int64_t c[3];
-        for (int d = 0; d < 3; ++d) {
-          u[d] = (u[d] - g.lo[d]) * g.inv_h;
-          c[d] = cell_coord(u[d], g.g[d]);
-        }
+        for (int d = 0; d < 3; ++d) c[d] = cell_coord(u[d], g.g[d]);
         // Any computed dist2 is >= (true distance)^2 * (1 - 1e-6) minus a few
         // subnormal units; the bound below stays under that, so stopping never
         // drops a point that the brute force would have kept.

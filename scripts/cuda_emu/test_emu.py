@@ -167,6 +167,10 @@ def test_knn_grid_degenerate(monkeypatch):
     for name, p in cases.items():
         check_knn(p[:, :60], p, 9, what=name)
         check_knn(p[:, :60] * 3 - 1, p, 9, what=f"{name} outside")
+    # A query so far from a tiny cloud that its cell coordinate overflows
+    # (finite distances, infinite cell units): must not stop after one shell.
+    speck = torch.rand(1, 800, 3, generator=g, dtype=torch.float64) * 1e-200
+    check_knn(torch.full((1, 4, 3), 1e150, dtype=torch.float64), speck, 9, what="far from a speck")
 
 
 @pytest.mark.parametrize("radius", [0.0, 0.15, 1e9])
