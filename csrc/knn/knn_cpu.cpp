@@ -128,6 +128,122 @@ inline bool choose_tree(int64_t M_b, int64_t n_finite, int64_t K) {
   return static_cast<double>(M_b) >= 2.0 * lg + 8.0;
 }
 
+// Everything done for one cloud before the search: split finite / non-finite
+// points, pick the path, build the tree, lay out the query groups, write the
+// padding rows.  `parallel` lets the tree build and the home-leaf descent use
+// threads (for a batch smaller than the thread count).
+template <int D, typename A>
+void prepare_lowd_cloud(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int64_t b,
+                        int64_t M, int64_t N, int64_t K, bool self_query, bool parallel,
+                        LowDCloud<D, A>& c, std::vector<WorkItem>& items, A* out_d,
+                        int64_t* out_i) {
+  const int64_t L = pl[b];
+  const int64_t Mq = ql[b];
+  const int64_t from = L == 0 ? 0 : Mq;
+  for (int64_t m = from; m < M; ++m) {
+    write_padding<A, A>(K, out_d + (b * M + m) * K, out_i + (b * M + m) * K);
+  }
+  if (Mq == 0 || L == 0) return;
+  const A* pb = p + b * N * D;
+  for (int64_t j = 0; j < L; ++j) {
+    if (!cpu::all_finite<D, A>(pb + j * D)) c.nonfinite.push_back(static_cast<int32_t>(j));
+  }
+  const int64_t n_finite = L - static_cast<int64_t>(c.nonfinite.size());
+  c.use_tree = choose_tree(Mq, n_finite, K);
+  const int32_t cb = static_cast<int32_t>(b);
+  if (c.use_tree) {
+    KdBuilder<D, A> bl(&c.tree);
+    bl.init(n_finite, cpu::kTreeLeafSize);
+    int64_t pos = 0;
+    size_t nf = 0;
+    for (int64_t j = 0; j < L; ++j) {
+      if (nf < c.nonfinite.size() && c.nonfinite[nf] == j) {
+        ++nf;
+        continue;
+      }
+      auto& rec = bl.rec(pos++);
+      for (int d = 0; d < D; ++d) rec.c[d] = pb[j * D + d];
+      rec.idx = static_cast<int32_t>(j);
+    }
+    // A large cloud: split its top serially, build the subtrees in parallel.
+    const int64_t threads = parallel ? std::max<int64_t>(1, torch::stable::get_num_threads()) : 1;
+    const int64_t cut = threads > 1 ? std::max<int64_t>(8192, n_finite / (4 * threads))
+                                    : int64_t(1) << 40;
+    std::vector<typename KdBuilder<D, A>::Task> tasks;
+    bl.split_top(cut, &tasks);
+    const int64_t nt = static_cast<int64_t>(tasks.size());
+    if (nt > 1) {
+      torch::stable::parallel_for(0, nt, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) bl.build_task(tasks[i]);
+      });
+    } else {
+      for (const auto& t : tasks) bl.build_task(t);
+    }
+    bl.finish();
+  }
+
+  if (!c.use_tree) {
+    for (int64_t m = 0; m < Mq; ++m) c.scan_q.push_back(static_cast<int32_t>(m));
+  } else if (self_query) {
+    // A self query walks the tree's leaves: each leaf's points are one group,
+    // and consecutive groups share nodes and points in cache.
+    const KdTree<D, A>& t = c.tree;
+    for (const int32_t leaf : t.leaves) {
+      const int64_t first = static_cast<int64_t>(c.tree_q.size());
+      for (int32_t pos = t.nodes[leaf].begin; pos < t.nodes[leaf].end; ++pos) {
+        if (t.index[pos] < Mq) c.tree_q.push_back(t.index[pos]);
+      }
+      const int64_t cnt = static_cast<int64_t>(c.tree_q.size()) - first;
+      if (cnt > 0) items.push_back({cb, leaf, first, cnt});
+    }
+    for (const int32_t j : c.nonfinite) {
+      if (j < Mq) c.scan_q.push_back(j);
+    }
+    // Query rows past the points' length are not in the tree.
+    for (int64_t m = L; m < Mq; ++m) c.scan_q.push_back(static_cast<int32_t>(m));
+  } else {
+    // Other queries are bucketed by the leaf a descent reaches (counting sort
+    // by node id), so each group is spatially tight.
+    const A* qb = q + b * M * D;
+    std::vector<int32_t> home(Mq, -1);
+    auto descend = [&](int64_t begin, int64_t end) {
+      for (int64_t m = begin; m < end; ++m) {
+        if (cpu::all_finite<D, A>(qb + m * D)) home[m] = cpu::home_leaf<D, A>(c.tree, qb + m * D);
+      }
+    };
+    if (parallel) {
+      torch::stable::parallel_for(0, Mq, grain_for(64), descend);
+    } else {
+      descend(0, Mq);
+    }
+    const int64_t nn = static_cast<int64_t>(c.tree.nodes.size());
+    std::vector<int32_t> start(nn + 1, 0);
+    for (int64_t m = 0; m < Mq; ++m) {
+      if (home[m] >= 0) {
+        ++start[home[m] + 1];
+      } else {
+        c.scan_q.push_back(static_cast<int32_t>(m));
+      }
+    }
+    for (int64_t i = 0; i < nn; ++i) start[i + 1] += start[i];
+    c.tree_q.resize(start[nn]);
+    std::vector<int32_t> fill(start.begin(), start.end() - 1);
+    for (int64_t m = 0; m < Mq; ++m) {
+      if (home[m] >= 0) c.tree_q[fill[home[m]]++] = static_cast<int32_t>(m);
+    }
+    for (const int32_t leaf : c.tree.leaves) {
+      for (int64_t s = start[leaf]; s < start[leaf + 1]; s += cpu::kMaxGroup) {
+        items.push_back({cb, leaf, s, std::min<int64_t>(cpu::kMaxGroup, start[leaf + 1] - s)});
+      }
+    }
+  }
+  const int64_t chunk = std::max<int64_t>(1, grain_for(L * D) / 4);
+  const int64_t nscan = static_cast<int64_t>(c.scan_q.size());
+  for (int64_t s = 0; s < nscan; s += chunk) {
+    items.push_back({cb, -1, s, std::min(chunk, nscan - s)});
+  }
+}
+
 template <int D, typename A>
 void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int64_t B, int64_t M,
               int64_t N, int64_t K, bool use_radius, double radius2, bool self_query, A* out_d,
@@ -135,147 +251,37 @@ void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int6
   using Key = typename FiniteKey<A>::type;
   const A r2 = static_cast<A>(radius2);
   std::vector<LowDCloud<D, A>> clouds(B);
-  std::vector<KdBuilder<D, A>> builders;
-  builders.reserve(B);
-  for (int64_t b = 0; b < B; ++b) builders.emplace_back(&clouds[b].tree);
+  std::vector<std::vector<WorkItem>> items_per_cloud(B);
 
-  // 1. Per cloud: split finite / non-finite points, pick the path, fill the builder.
-  torch::stable::parallel_for(0, B, grain_for(4 * N), [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
-      LowDCloud<D, A>& c = clouds[b];
-      const int64_t L = pl[b];
-      const A* pb = p + b * N * D;
-      if (ql[b] == 0 || L == 0) continue;
-      for (int64_t j = 0; j < L; ++j) {
-        if (!cpu::all_finite<D, A>(pb + j * D)) c.nonfinite.push_back(static_cast<int32_t>(j));
-      }
-      const int64_t n_finite = L - static_cast<int64_t>(c.nonfinite.size());
-      c.use_tree = choose_tree(ql[b], n_finite, K);
-      if (!c.use_tree) continue;
-      KdBuilder<D, A>& bl = builders[b];
-      bl.init(n_finite, cpu::kTreeLeafSize);
-      int64_t pos = 0;
-      size_t nf = 0;
-      for (int64_t j = 0; j < L; ++j) {
-        if (nf < c.nonfinite.size() && c.nonfinite[nf] == j) {
-          ++nf;
-          continue;
-        }
-        auto& rec = bl.rec(pos++);
-        for (int d = 0; d < D; ++d) rec.c[d] = pb[j * D + d];
-        rec.idx = static_cast<int32_t>(j);
-      }
-    }
-  });
-
-  // 2. Build: the top of large trees is split serially so that the rest of
-  //    the build spreads over all threads even for a single huge cloud.
-  int64_t tree_points = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    if (clouds[b].use_tree) tree_points += clouds[b].tree.n;
-  }
+  // 1. Prepare: one parallel region over the clouds for a batch; for fewer
+  //    clouds than threads, each cloud's build and descent use the threads.
+  //    A light call runs inline: waking threads costs more than it saves.
+  int64_t work = 0;
+  for (int64_t b = 0; b < B; ++b) work += (pl[b] + ql[b]) * (K + 8);
   const int64_t threads = std::max<int64_t>(1, torch::stable::get_num_threads());
-  const int64_t cut = std::max<int64_t>(8192, tree_points / (4 * threads));
-  std::vector<std::pair<int64_t, typename KdBuilder<D, A>::Task>> tasks;
-  for (int64_t b = 0; b < B; ++b) {
-    if (!clouds[b].use_tree) continue;
-    std::vector<typename KdBuilder<D, A>::Task> t;
-    builders[b].split_top(cut, &t);
-    for (const auto& x : t) tasks.emplace_back(b, x);
-  }
-  const int64_t build_grain = tasks.empty() ? 1 : grain_for(16 * tree_points /
-                                                            static_cast<int64_t>(tasks.size()));
-  torch::stable::parallel_for(0, static_cast<int64_t>(tasks.size()), build_grain,
-                              [&](int64_t begin, int64_t end) {
-                                for (int64_t i = begin; i < end; ++i) {
-                                  builders[tasks[i].first].build_task(tasks[i].second);
-                                }
-                              });
-
-  // 3. Query groups.  A self query walks the tree's leaves (each leaf's points
-  //    are one group); other queries are bucketed by the leaf a descent
-  //    reaches, so each group is spatially tight.
-  std::vector<int32_t> home;
-  if (!self_query) home.assign(B * M, -1);
-  torch::stable::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
-      if (clouds[b].use_tree) builders[b].finish();
-    }
-  });
-  if (!self_query) {
-    torch::stable::parallel_for(0, B * M, grain_for(64), [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const int64_t b = r / M, m = r % M;
-        const LowDCloud<D, A>& c = clouds[b];
-        if (!c.use_tree || m >= ql[b] || !cpu::all_finite<D, A>(q + r * D)) continue;
-        home[r] = cpu::home_leaf<D, A>(c.tree, q + r * D);
+  const bool light = work < 4 * kParallelWork;
+  if (B >= threads || light) {
+    torch::stable::parallel_for(0, B, light ? B : 1, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b) {
+        prepare_lowd_cloud<D, A>(q, p, ql, pl, b, M, N, K, self_query, false, clouds[b],
+                                 items_per_cloud[b], out_d, out_i);
       }
     });
-  }
-  std::vector<std::vector<WorkItem>> items_per_cloud(B);
-  torch::stable::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
-      LowDCloud<D, A>& c = clouds[b];
-      std::vector<WorkItem>& items = items_per_cloud[b];
-      const int64_t Mq = ql[b];
-      if (Mq == 0 || pl[b] == 0) continue;
-      const int32_t cb = static_cast<int32_t>(b);
-      if (!c.use_tree) {
-        for (int64_t m = 0; m < Mq; ++m) c.scan_q.push_back(static_cast<int32_t>(m));
-      } else if (self_query) {
-        const KdTree<D, A>& t = c.tree;
-        for (const int32_t leaf : t.leaves) {
-          const int64_t first = static_cast<int64_t>(c.tree_q.size());
-          for (int32_t pos = t.nodes[leaf].begin; pos < t.nodes[leaf].end; ++pos) {
-            if (t.index[pos] < Mq) c.tree_q.push_back(t.index[pos]);
-          }
-          const int64_t cnt = static_cast<int64_t>(c.tree_q.size()) - first;
-          if (cnt > 0) items.push_back({cb, leaf, first, cnt});
-        }
-        for (const int32_t j : c.nonfinite) {
-          if (j < Mq) c.scan_q.push_back(j);
-        }
-        // Query rows past the points' length are not in the tree.
-        for (int64_t m = pl[b]; m < Mq; ++m) c.scan_q.push_back(static_cast<int32_t>(m));
-      } else {
-        // Counting sort of the queries by home leaf (node ids index the counts).
-        const int64_t nn = static_cast<int64_t>(c.tree.nodes.size());
-        std::vector<int32_t> start(nn + 1, 0);
-        const int32_t* hb = home.data() + b * M;
-        for (int64_t m = 0; m < Mq; ++m) {
-          if (hb[m] >= 0) {
-            ++start[hb[m] + 1];
-          } else {
-            c.scan_q.push_back(static_cast<int32_t>(m));
-          }
-        }
-        for (int64_t i = 0; i < nn; ++i) start[i + 1] += start[i];
-        c.tree_q.resize(start[nn]);
-        std::vector<int32_t> fill(start.begin(), start.end() - 1);
-        for (int64_t m = 0; m < Mq; ++m) {
-          if (hb[m] >= 0) c.tree_q[fill[hb[m]]++] = static_cast<int32_t>(m);
-        }
-        for (const int32_t leaf : c.tree.leaves) {
-          for (int64_t s = start[leaf]; s < start[leaf + 1]; s += cpu::kMaxGroup) {
-            items.push_back({cb, leaf, s, std::min<int64_t>(cpu::kMaxGroup, start[leaf + 1] - s)});
-          }
-        }
-      }
-      const int64_t chunk = std::max<int64_t>(1, grain_for(pl[b] * D) / 4);
-      const int64_t nscan = static_cast<int64_t>(c.scan_q.size());
-      for (int64_t s = 0; s < nscan; s += chunk) {
-        items.push_back({cb, -1, s, std::min(chunk, nscan - s)});
-      }
+  } else {
+    for (int64_t b = 0; b < B; ++b) {
+      prepare_lowd_cloud<D, A>(q, p, ql, pl, b, M, N, K, self_query, true, clouds[b],
+                               items_per_cloud[b], out_d, out_i);
     }
-  });
+  }
   std::vector<WorkItem> items;
   for (auto& v : items_per_cloud) items.insert(items.end(), v.begin(), v.end());
   std::vector<std::vector<WorkItem>>().swap(items_per_cloud);
 
-  // 4. Search.
+  // 2. Search.
   const int64_t tree_cost = 64 * (K + 16);
+  const int64_t n_items = static_cast<int64_t>(items.size());
   torch::stable::parallel_for(
-      0, static_cast<int64_t>(items.size()), grain_for(cpu::kMaxGroup * tree_cost),
+      0, n_items, light ? std::max<int64_t>(1, n_items) : grain_for(cpu::kMaxGroup * tree_cost),
       [&](int64_t begin, int64_t end) {
         cpu::GroupSearch<D, A> gs(K, use_radius, r2);
         std::vector<A> qa(cpu::kMaxGroup * D);
@@ -338,16 +344,6 @@ void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int6
           }
         }
       });
-
-  // 5. Rows with no work: padding queries, and queries of empty clouds.
-  torch::stable::parallel_for(0, B, grain_for(M * K), [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
-      const int64_t from = pl[b] == 0 ? 0 : ql[b];
-      for (int64_t m = from; m < M; ++m) {
-        write_padding<A, A>(K, out_d + (b * M + m) * K, out_i + (b * M + m) * K);
-      }
-    }
-  });
 }
 
 template <typename A>
