@@ -365,6 +365,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:
+        # argparse's REMAINDER cannot pass a leading option such as --help through,
+        # so the benchmark's own parser gets its arguments untouched.
+        from pcgeom import bench
+
+        return bench.main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     return args.func(args)
