@@ -1,0 +1,267 @@
+"""Every code path of the native CPU kernels against the pure-torch reference, exactly.
+
+The CPU kernels pick a path per call and per cloud (see csrc/knn/knn_cpu.cpp,
+csrc/knn/knn_blocked_cpu.cpp, csrc/farthest_point_sample/farthest_point_sample_cpu.cpp):
+
+* KNN, D <= 8: a KD-tree when the cloud is large against k and has enough
+  queries (self queries walk the leaves; other queries are grouped by the leaf a
+  descent reaches; a single large cloud builds its subtrees in parallel), else a
+  direct scan; queries or points with NaN/inf coordinates take the scan / merge;
+* KNN, D > 8: blocked GEMM candidate selection with exact re-ranking (symmetric
+  tiles for self queries), else a direct scan (small clouds, k close to N);
+* FPS: the bucket (KD-tree) variant for large finite clouds with D <= 8, the
+  vectorised vanilla loop otherwise, the literal reference loop when a cloud has
+  NaN/inf coordinates.
+
+The cases below are sized to force each path.  Every answer must equal
+``pcgeom.ops.reference`` bit for bit: the same indices and the same distance
+bits (NaN included), in every dtype.
+"""
+
+import pytest
+import torch
+
+import pcgeom
+from pcgeom.ops import reference
+from conftest import clustered_cloud, lattice_cloud, random_cloud, surface_cloud
+
+pytestmark = pytest.mark.skipif(
+    not pcgeom.backend_info()["extension_loaded"], reason="tests the native CPU kernels"
+)
+
+
+def _bits(t):
+    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def _lengths(x, lengths):
+    return torch.full((x.shape[0],), x.shape[1]) if lengths is None else torch.as_tensor(lengths)
+
+
+def assert_knn_exact(query, points, k, ql=None, pl=None, radius=None):
+    qlt, plt = _lengths(query, ql), _lengths(points, pl)
+    if radius is None:
+        got = torch.ops.pcgeom.knn(query, points, k, qlt, plt)
+        want = reference.knn_reference(query, points, k, qlt, plt)
+    else:
+        got = torch.ops.pcgeom.ball_query(query, points, radius, k, qlt, plt)
+        want = reference.ball_query_reference(query, points, radius, k, qlt, plt)
+    assert torch.equal(got[1], want[1]), "indices differ from the reference"
+    assert torch.equal(_bits(got[0]), _bits(want[0])), "distances differ from the reference"
+    return got
+
+
+def assert_fps_exact(points, n_samples, lengths=None, start=None):
+    L = _lengths(points, lengths)
+    st = torch.zeros(points.shape[0], dtype=torch.int64) if start is None else torch.as_tensor(start)
+    got = torch.ops.pcgeom.farthest_point_sample(points, n_samples, L, st)
+    want = reference.farthest_point_sample_reference(points, n_samples, L, st)
+    assert torch.equal(got, want)
+    return got
+
+
+# ---------------------------------------------------------------------------
+# KNN, low dimensions
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_tree_self_query_dtypes(dtype):
+    p = random_cloud(2, 3000, 3, dtype=dtype, seed=1)
+    assert_knn_exact(p, p, 16)
+
+
+@pytest.mark.parametrize("D", [1, 2, 3, 5, 8])
+def test_tree_dimensions(D):
+    p = random_cloud(2, 2500, D, seed=D)
+    assert_knn_exact(p, p, 12)
+    q = random_cloud(2, 400, D, seed=10 + D) * 1.2 - 0.1  # some queries outside the cloud
+    assert_knn_exact(q, p, 7)
+
+
+@pytest.mark.parametrize("k", [1, 16, 100])
+def test_tree_k(k):
+    p = random_cloud(1, 4000, 3, seed=2)
+    q = random_cloud(1, 500, 3, seed=3)
+    assert_knn_exact(q, p, k)
+
+
+def test_scan_when_k_is_close_to_n():
+    p = random_cloud(2, 300, 3, seed=4)
+    for k in (60, 299, 300, 310):  # 8k > N: direct scan; k > N: padded
+        assert_knn_exact(p, p, k)
+
+
+def test_scan_for_tiny_clouds_and_few_queries():
+    p = random_cloud(3, 100, 3, seed=5)
+    assert_knn_exact(p, p, 4)
+    big = random_cloud(1, 5000, 3, seed=6)
+    assert_knn_exact(big[:, :3], big, 5)  # 3 queries: no tree
+
+
+def test_surfaces_and_clusters():
+    s = surface_cloud(2, 6000, seed=7)
+    assert_knn_exact(s, s, 16)
+    c = clustered_cloud(2, 6000, seed=8)  # densities differ by 100x
+    assert_knn_exact(c, c, 16)
+    assert_knn_exact(c[:, :700].flip(1).contiguous(), c, 24)
+
+
+def test_lattice_ties_and_duplicates():
+    g = lattice_cloud(1, 14, 3)  # 2744 points, many equal distances
+    for k in (1, 7, 27, 33):
+        assert_knn_exact(g, g, k)
+    g2 = lattice_cloud(1, 60, 2, seed=1)
+    assert_knn_exact(g2, g2, 9)
+    base = random_cloud(1, 700, 3, seed=9)
+    dup = torch.cat([base] * 4, 1)[:, torch.randperm(2800, generator=torch.Generator().manual_seed(0))]
+    assert_knn_exact(dup, dup, 16)
+    same = torch.zeros(1, 2000, 3)  # every point identical: ties everywhere
+    assert_knn_exact(same, same, 10)
+
+
+def test_ragged_lengths_self_and_cross():
+    p = random_cloud(4, 3000, 3, seed=10)
+    ql, pl = [3000, 700, 0, 2000], [1200, 3000, 500, 0]
+    assert_knn_exact(p, p, 16, ql, pl)  # self query with query rows past the points' length
+    q = random_cloud(4, 900, 3, seed=11)
+    assert_knn_exact(q, p, 16, [900, 100, 900, 0], [3000, 2999, 0, 17])
+
+
+def test_non_finite_points_and_queries():
+    p = random_cloud(2, 3000, 3, seed=12)
+    p[0, 5, 1] = float("nan")
+    p[0, 17] = float("inf")
+    p[0, 2999, 2] = float("-inf")
+    p[1, 0, 0] = float("nan")
+    assert_knn_exact(p, p, 16)  # tree + merged non-finite points; NaN/inf queries scanned
+    q = random_cloud(2, 300, 3, seed=13)
+    q[1, 7, 2] = float("inf")
+    assert_knn_exact(q, p, 3000)  # every point, NaN after +inf
+    huge = random_cloud(1, 2000, 3, seed=14) * 3e19  # squares overflow to +inf
+    assert_knn_exact(huge, huge, 8)
+
+
+def test_large_single_cloud_builds_in_parallel():
+    # One cloud above the parallel-build cut: top split serially, subtrees in parallel.
+    p = random_cloud(1, 20000, 3, seed=15)
+    q = random_cloud(1, 2000, 3, seed=16)
+    assert_knn_exact(q, p, 8)
+    torch.manual_seed(0)
+    sel = torch.randperm(20000)[:1500]
+    d, i = torch.ops.pcgeom.knn(p, p, 8, torch.tensor([20000]), torch.tensor([20000]))
+    rd, ri = reference.knn_reference(p[:, sel], p, 8, torch.tensor([1500]), torch.tensor([20000]))
+    assert torch.equal(i[:, sel], ri) and torch.equal(d[:, sel], rd)
+
+
+def test_ball_query_through_the_tree():
+    p = random_cloud(2, 4000, 3, seed=17)
+    assert_knn_exact(p, p, 16, radius=0.05)
+    assert_knn_exact(p[:, :500].contiguous(), p, 40, radius=0.1)
+    g = lattice_cloud(1, 12, 3)
+    assert_knn_exact(g, g, 32, radius=1.0)  # radius exactly at lattice distances
+
+
+def test_same_answer_for_any_thread_count():
+    p = clustered_cloud(4, 3000, seed=18)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = pcgeom.knn(p, p, 16)
+        torch.set_num_threads(max(2, before))
+        many = pcgeom.knn(p, p, 16)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one.idx, many.idx) and torch.equal(one.dist2, many.dist2)
+
+
+# ---------------------------------------------------------------------------
+# KNN, high dimensions (blocked GEMM + exact re-ranking)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_blocked_self_query_dtypes(dtype):
+    f = random_cloud(2, 1100, 64, dtype=dtype, seed=20)  # 5 blocks: diagonal + circle rounds
+    assert_knn_exact(f, f, 20)
+
+
+def test_blocked_cross_query_and_d16():
+    f = random_cloud(2, 1500, 16, seed=21)
+    q = random_cloud(2, 600, 16, seed=22)
+    assert_knn_exact(q, f, 10)
+    assert_knn_exact(f, f, 1)
+
+
+def test_blocked_near_ties_within_the_margin():
+    # Integer lattice in 9-D: thousands of exactly equal distances, all inside the
+    # GEMM error margin, so the exact re-ranking decides every tie.
+    g = lattice_cloud(1, 3, 9)[:, :2000].contiguous()
+    assert_knn_exact(g, g, 30)
+    dup = torch.cat([random_cloud(1, 300, 32, seed=23)] * 4, 1)
+    assert_knn_exact(dup, dup, 7)
+
+
+def test_blocked_offset_features_and_ragged():
+    # A large common offset makes |q|^2 >> distances: the margin must still hold.
+    f = random_cloud(3, 900, 24, seed=24) + 1000.0
+    assert_knn_exact(f, f, 12, [900, 300, 0], [900, 900, 450])
+
+
+def test_blocked_fallbacks():
+    f = random_cloud(2, 200, 40, seed=25)
+    assert_knn_exact(f, f, 100)  # 4k > N: direct scan
+    f[0, 3, 5] = float("nan")
+    f[1, 10] = float("inf")
+    assert_knn_exact(f, f, 8)  # non-finite rows: scanned; non-finite points: merged
+    big = random_cloud(1, 300, 12, seed=26) * 1e19  # norms overflow float32: scan
+    assert_knn_exact(big, big, 5)
+
+
+def test_blocked_ball_query():
+    f = random_cloud(2, 800, 32, seed=27)
+    assert_knn_exact(f, f, 16, radius=1.4)
+
+
+# ---------------------------------------------------------------------------
+# FPS
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_fps_bucket_dtypes(dtype):
+    assert_fps_exact(random_cloud(2, 4000, 3, dtype=dtype, seed=30), 300)
+
+
+def test_fps_vanilla_small_and_high_d():
+    assert_fps_exact(random_cloud(4, 1000, 3, seed=31), 64)  # below the bucket size
+    assert_fps_exact(random_cloud(2, 3000, 16, seed=32), 100)  # D > 8
+    assert_fps_exact(random_cloud(2, 3000, 3, seed=33), 10)  # few samples
+
+
+@pytest.mark.parametrize("D", [1, 2, 5, 8])
+def test_fps_bucket_dimensions(D):
+    assert_fps_exact(random_cloud(1, 3000, D, seed=40 + D), 400)
+
+
+def test_fps_surfaces_clusters_lattices_duplicates():
+    assert_fps_exact(surface_cloud(2, 6000, seed=34), 500)
+    assert_fps_exact(clustered_cloud(2, 6000, seed=35), 500)
+    assert_fps_exact(lattice_cloud(1, 15, 3), 1000)  # ties at every step
+    assert_fps_exact(lattice_cloud(1, 60, 2), 3600)  # every point, to the end
+    base = random_cloud(1, 800, 3, seed=36)
+    assert_fps_exact(torch.cat([base] * 4, 1), 1200)  # duplicates: distance 0 after 800 samples
+
+
+def test_fps_ragged_starts_and_more_samples_than_points():
+    p = random_cloud(3, 5000, 3, seed=37)
+    assert_fps_exact(p, 300, [5000, 2500, 0], [17, 2499, 0])
+    assert_fps_exact(p, 2100, [5000, 2100, 2048], [4999, 0, 5])  # S beyond some lengths
+
+
+def test_fps_non_finite_clouds():
+    p = random_cloud(2, 3000, 3, seed=38)
+    p[0, 11, 2] = float("nan")
+    p[1, 5] = float("inf")
+    assert_fps_exact(p, 3000)  # NaN/inf points are taken last
+
+
+def test_fps_scene_size():
+    assert_fps_exact(random_cloud(1, 30000, 3, seed=39), 600)
