@@ -368,7 +368,6 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t m = r - b * a.M;
     List list(a.k, work, r - row_begin, stride);
     if (m < clamp_len(a.ql[b], a.M)) {
-      const int64_t L = clamp_len(a.pl[b], a.N);
       T qv[3];
       qv[0] = a.q[r * 3 + 0];
       qv[1] = a.q[r * 3 + 1];
@@ -376,10 +375,7 @@ __global__ void __launch_bounds__(kThreads)
       double u[3];
       const bool q_finite = load3(qv, u);
       const GridParams& g = gp[b];
-      auto consider = [&](A d, int64_t j) {
-        if (a.use_radius && !(d <= a.r2)) return;
-        list.push(d, j);
-      };
+      const int64_t base = b * cmax;
       // The query in cell units; if that overflows (a huge coordinate against
       // a tiny grid), the shell bounds would be meaningless.
       bool use_grid = g.ok && q_finite;
@@ -387,64 +383,106 @@ __global__ void __launch_bounds__(kThreads)
         u[d] = (u[d] - g.lo[d]) * g.inv_h;
         use_grid = isfinite(u[d]);
       }
-      if (!use_grid) {
-        // Rare: a cloud without a usable grid, or a query with inf/NaN
-        // coordinates (its distances are inf/NaN, so no shell bound applies).
-        const T* pb = a.p + b * a.N * 3;
-        for (int64_t j = 0; j < L; ++j) consider(sq_dist<T, A>(qv, pb + j * 3, 3), j);
-      } else {
-        const int64_t base = b * cmax;
-        auto scan = [&](int64_t c_first, int64_t c_last) {
-          const int64_t end = cstart[base + c_last + 1];
-          for (int64_t pos = cstart[base + c_first]; pos < end; ++pos) {
-            consider(sq_dist<T, A>(qv, spts + pos * 3, 3), svals[pos]);
-          }
-        };
-        int64_t c[3];
+      int64_t c[3] = {0, 0, 0};
+      if (use_grid) {
         for (int d = 0; d < 3; ++d) c[d] = cell_coord(u[d], g.g[d]);
-        // Any computed dist2 is >= (true distance)^2 * (1 - 1e-6) minus a few
-        // subnormal units; the bound below stays under that, so stopping never
-        // drops a point that the brute force would have kept.
-        const double tiny = 4.0 * static_cast<double>(std::numeric_limits<A>::min());
-        for (int64_t rr = 0;; ++rr) {
-          const int64_t zlo = lo_clip(c[2] - rr), zhi = hi_clip(c[2] + rr, g.g[2]);
-          const int64_t ylo = lo_clip(c[1] - rr), yhi = hi_clip(c[1] + rr, g.g[1]);
-          const int64_t xlo = lo_clip(c[0] - rr), xhi = hi_clip(c[0] + rr, g.g[0]);
-          for (int64_t z = zlo; z <= zhi; ++z) {
-            const bool zedge = z == c[2] - rr || z == c[2] + rr;
-            for (int64_t y = ylo; y <= yhi; ++y) {
-              const int64_t row = (z * g.g[1] + y) * g.g[0];
-              if (zedge || y == c[1] - rr || y == c[1] + rr) {
-                scan(row + xlo, row + xhi);  // a whole row of the shell: one contiguous range
-              } else {
-                if (c[0] - rr >= 0) scan(row + c[0] - rr, row + c[0] - rr);
-                if (rr > 0 && c[0] + rr <= g.g[0] - 1) scan(row + c[0] + rr, row + c[0] + rr);
+      }
+      // Any computed dist2 is >= (true distance)^2 * (1 - 1e-6) minus a few
+      // subnormal units; the bound below stays under that, so stopping never
+      // drops a point that the brute force would have kept.
+      const double tiny = 4.0 * static_cast<double>(std::numeric_limits<A>::min());
+
+      // The search is a generator of contiguous cell ranges with ONE place
+      // that scans them: the unrolled top-k insertion is then inlined once,
+      // which keeps the kernel's compile time and code size in check.
+      //   phase 0: shells rr = 0, 1, ... around the query's cell (row by row;
+      //            the rows inside a shell contribute only their two end cells);
+      //   phase 1: the bucket of points with inf/NaN coordinates, if it matters;
+      //   phase 2: every cell and that bucket -- the scan for a cloud without a
+      //            usable grid or a query with inf/NaN coordinates (rare).
+      int phase = use_grid ? 0 : 2;
+      int64_t rr = 0, z = 0, y = 0, zlo = 0, zhi = -1, ylo = 0, yhi = -1, xlo = 0, xhi = -1;
+      int piece = 0;
+      bool new_shell = true;
+      while (phase != 3) {
+        int64_t first = 0, last = -1;  // the range to scan; empty by default
+        if (phase == 0) {
+          if (new_shell) {
+            zlo = lo_clip(c[2] - rr);
+            zhi = hi_clip(c[2] + rr, g.g[2]);
+            ylo = lo_clip(c[1] - rr);
+            yhi = hi_clip(c[1] + rr, g.g[1]);
+            xlo = lo_clip(c[0] - rr);
+            xhi = hi_clip(c[0] + rr, g.g[0]);
+            z = zlo;
+            y = ylo;
+            piece = 0;
+            new_shell = false;
+          }
+          if (z > zhi) {
+            // Shell rr is done: stop when no unvisited cell can matter.
+            bool covered = true;
+            double gap = INFINITY;  // in cells, to the nearest unvisited cell
+            for (int d = 0; d < 3; ++d) {
+              if (c[d] - rr > 0) {
+                covered = false;
+                gap = fmin(gap, u[d] - static_cast<double>(c[d] - rr));
+              }
+              if (c[d] + rr < g.g[d] - 1) {
+                covered = false;
+                gap = fmin(gap, static_cast<double>(c[d] + rr + 1) - u[d]);
               }
             }
-          }
-          bool covered = true;
-          double gap = INFINITY;  // in cells, to the nearest unvisited cell
-          for (int d = 0; d < 3; ++d) {
-            if (c[d] - rr > 0) {
-              covered = false;
-              gap = fmin(gap, u[d] - static_cast<double>(c[d] - rr));
+            const double dist = fmax(gap - 1e-6, 0.0) * g.h;
+            const double bound = dist * dist * (1.0 - 1e-5) - tiny;
+            if (covered || (list.full() && static_cast<double>(list.worst()) < bound) ||
+                (a.use_radius && static_cast<double>(a.r2) < bound)) {
+              phase = 1;
+            } else {
+              ++rr;
+              new_shell = true;
             }
-            if (c[d] + rr < g.g[d] - 1) {
-              covered = false;
-              gap = fmin(gap, static_cast<double>(c[d] + rr + 1) - u[d]);
+            continue;
+          }
+          const int64_t row = (z * g.g[1] + y) * g.g[0];
+          if (z == c[2] - rr || z == c[2] + rr || y == c[1] - rr || y == c[1] + rr) {
+            first = row + xlo;  // a whole row of the shell: one contiguous range
+            last = row + xhi;
+            piece = 2;
+          } else if (piece == 0) {
+            piece = 1;
+            if (c[0] - rr >= 0) first = last = row + c[0] - rr;
+          } else {
+            piece = 2;
+            if (rr > 0 && c[0] + rr <= g.g[0] - 1) first = last = row + c[0] + rr;
+          }
+          if (piece == 2) {
+            piece = 0;
+            if (++y > yhi) {
+              y = ylo;
+              ++z;
             }
           }
-          if (covered) break;
-          const double dist = fmax(gap - 1e-6, 0.0) * g.h;
-          const double bound = dist * dist * (1.0 - 1e-5) - tiny;
-          if (list.full() && static_cast<double>(list.worst()) < bound) break;
-          if (a.use_radius && static_cast<double>(a.r2) < bound) break;
+        } else if (phase == 1) {
+          phase = 3;
+          // Points with inf/NaN coordinates are at distance inf or NaN: they
+          // can only matter while the k-th distance is not finite.
+          const bool settled = list.full() && isfinite(static_cast<double>(list.worst()));
+          if (!settled && !(a.use_radius && isfinite(static_cast<double>(a.r2)))) {
+            first = last = g.ncell;
+          }
+        } else {
+          phase = 3;
+          first = 0;  // without a grid every point sits in cell 0; else all cells + bucket
+          last = g.ncell;
         }
-        // Points with inf/NaN coordinates are at distance inf or NaN: they can
-        // only matter while the k-th distance is not finite.
-        const bool settled = list.full() && isfinite(static_cast<double>(list.worst()));
-        if (!settled && !(a.use_radius && isfinite(static_cast<double>(a.r2)))) {
-          scan(g.ncell, g.ncell);
+        if (first <= last) {
+          const int64_t end = cstart[base + last + 1];
+          for (int64_t pos = cstart[base + first]; pos < end; ++pos) {
+            const A d = sq_dist<T, A>(qv, spts + pos * 3, 3);
+            if (a.use_radius && !(d <= a.r2)) continue;
+            list.push(d, svals[pos]);
+          }
         }
       }
     }
@@ -621,6 +659,8 @@ void knn_dispatch(const KnnArgs<T>& a, const Tensor& like, cudaStream_t stream, 
   const bool grid = want_grid(a.M, a.N, a.D, op);
   // Register lists hold int32 indices: clouds past 2^31-1 points use the heap.
   const bool regs = a.N <= kMaxInt32;
+  // Two register buckets: k <= 8 (chamfer's k=1, normals) keeps register
+  // pressure and occupancy low; k <= 32 covers the grouping workloads.
   if (regs && a.k <= 8) {
     run_search<T, RegTopK<A, 8>>(a, grid, like, stream, op);
   } else if (regs && a.k <= 32) {
