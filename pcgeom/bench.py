@@ -24,7 +24,7 @@ Method, per workload and dataset:
   brute force); FPS peers must return the reference sequence (fpsample) or
   the same set of points (open3d, which reorders it);
 * peak memory (``--memory``, on by default without ``--quick``): each method
-  runs in a fresh subprocess, warmed up on a 64-point copy of the input, and
+  runs in a fresh subprocess, warmed up on a 256-point copy of the input, and
   the reported figure is the resident-set high-water mark during one call
   minus the resident set before it (Linux ``/proc/self/clear_refs``).
 
@@ -157,8 +157,8 @@ class Inputs:
 
 def make_inputs(workload: str, dataset: str, small: bool = False) -> Inputs:
     spec = dict(WORKLOADS[workload])
-    if small:  # the memory probe's warm-up copy
-        spec["N"] = 64
+    if small:  # the memory probe's warm-up copy (256 points: fpsample's tree needs 2**7)
+        spec["N"] = 256
         spec["M"] = None if spec.get("M") is None else 16
         spec["k"] = min(spec.get("k", 1), 8)
         spec["S"] = min(spec.get("S", 1), 8)
@@ -627,7 +627,7 @@ def render(rows, scaling, args, threads, elapsed) -> str:
     if any(r.memory for r in rows):
         lines.append("")
         lines.append("Peak extra resident memory per call, MB (fresh process per method, warmed up on a "
-                     "64-point copy; high-water mark during one call minus the resident set before it, "
+                     "256-point copy; high-water mark during one call minus the resident set before it, "
                      "outputs included):\n")
         lines.append("| workload | data | " + " | ".join(names) + " |")
         lines.append("|" + "---|" * (len(names) + 2))

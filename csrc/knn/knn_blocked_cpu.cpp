@@ -268,6 +268,36 @@ inline void tile_values(const A* g, const A* pn, int64_t n, A* v) {
   for (int64_t c = 0; c < n; ++c) v[c] = pn[c] - (g[c] + g[c]);
 }
 
+// Adds the entries of v (candidates j0 + c) that pass the query's threshold.
+template <typename A>
+inline void filter_row(const A* v, int64_t n, int32_t j0, QueryState<A>& st, int64_t K) {
+  for (int64_t c = 0; c < n; ++c) {
+    if (v[c] <= *st.tv) st.add(v[c], j0 + static_cast<int32_t>(c), K);
+  }
+}
+
+#if defined(__SSE2__) && (defined(__GNUC__) || defined(__clang__))
+// Almost every entry fails the threshold: test four at a time.
+template <>
+inline void filter_row<float>(const float* v, int64_t n, int32_t j0, QueryState<float>& st,
+                              int64_t K) {
+  int64_t c = 0;
+  __m128 t4 = _mm_set1_ps(*st.tv);
+  for (; c + 4 <= n; c += 4) {
+    int m = _mm_movemask_ps(_mm_cmple_ps(_mm_loadu_ps(v + c), t4));
+    while (m) {
+      const int l = __builtin_ctz(static_cast<unsigned>(m));
+      m &= m - 1;
+      if (v[c + l] <= *st.tv) st.add(v[c + l], j0 + static_cast<int32_t>(c + l), K);
+    }
+    t4 = _mm_set1_ps(*st.tv);
+  }
+  for (; c < n; ++c) {
+    if (v[c] <= *st.tv) st.add(v[c], j0 + static_cast<int32_t>(c), K);
+  }
+}
+#endif
+
 // Offers candidates j0 + c (c in [0, n)) of one tile row to one query.  The
 // first row a query sees sets its threshold with one selection, which spares
 // the many compactions a cold start would cost.
@@ -284,9 +314,7 @@ void scan_tile_row(const A* g, const A* pn, int64_t n, int32_t j0, QueryState<A>
     st.lower(sel[K - 1] + A(2) * st.margin);
     st.seeded = true;
   }
-  for (int64_t c = 0; c < n; ++c) {
-    if (v[c] <= *st.tv) st.add(v[c], j0 + static_cast<int32_t>(c), K);
-  }
+  filter_row(v, n, j0, st, K);
 }
 
 // The transposed use of a tile row: candidate i (norm pr) for the queries of
