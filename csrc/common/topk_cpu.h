@@ -175,30 +175,21 @@ struct FiniteTopK {
   A worst_dist() const { return F::dist(worst()); }
   int64_t worst_idx() const { return F::idx(worst()); }
 
-  // Accepts x if it ranks before the current worst key (or the list is not full).
+  // Accepts x if it ranks before the current worst key (or the list is not
+  // full).  The first k keys are only appended and ordered once, when the
+  // list fills: one sort costs less than k insertions into a growing list.
   inline void push(Key x) {
+    if (count < k) {
+      keys[count++] = x;
+      if (count == k) settle();
+      return;
+    }
     if (!heap) {
-      int64_t pos;
-      if (count < k) {
-        pos = count++;
-      } else {
-        if (!F::less(x, keys[k - 1])) return;
-        pos = k - 1;
-      }
+      if (!F::less(x, keys[k - 1])) return;
+      int64_t pos = k - 1;
       while (pos > 0 && F::less(x, keys[pos - 1])) {
         keys[pos] = keys[pos - 1];
         --pos;
-      }
-      keys[pos] = x;
-      return;
-    }
-    if (count < k) {
-      int64_t pos = count++;
-      while (pos > 0) {
-        const int64_t parent = (pos - 1) / 2;
-        if (!F::less(keys[parent], x)) break;
-        keys[pos] = keys[parent];
-        pos = parent;
       }
       keys[pos] = x;
       return;
@@ -207,21 +198,23 @@ struct FiniteTopK {
     sift_down(x, count);
   }
 
-  // Starts from n arbitrary distinct keys (n <= k): cheaper than n pushes
-  // (one sort instead of n insertions with mispredicted exits).
-  void assign(const Key* src, int64_t n) {
+  // Orders keys[0, count): ascending, or as a max-heap for large k.
+  void settle() {
     auto cmp = [](const Key& a, const Key& b) { return F::less(a, b); };
-    std::copy(src, src + n, keys);
-    count = n;
     if (heap) {
-      std::make_heap(keys, keys + n, cmp);
+      std::make_heap(keys, keys + count, cmp);
     } else {
-      std::sort(keys, keys + n, cmp);
+      std::sort(keys, keys + count, cmp);
     }
   }
 
   // Leaves keys[0, count) sorted ascending.
   void finish() {
+    if (count < k) {
+      // Never filled: still in arrival order.
+      std::sort(keys, keys + count, [](const Key& a, const Key& b) { return F::less(a, b); });
+      return;
+    }
     if (!heap) return;
     for (int64_t n = count; n > 1; --n) {
       const Key last = keys[n - 1];
