@@ -191,6 +191,7 @@ class GroupSearch {
       thr_[i] = scan_limit(tops[i], use_radius_, r2_);
     }
     mask_.resize(gp);
+    active_.resize(gp);
 
     auto cmp = [](const Entry& a, const Entry& b) { return a.lb > b.lb; };  // min-heap
     heap_.clear();
@@ -215,8 +216,14 @@ class GroupSearch {
       }
       if (group_pruned(en.lb, nd.min_idx, tau, g, tops)) continue;
       leaf_mask(nd.lo, nd.hi, gp);
+      // The queries to scan, listed without a branch per query.
+      int64_t na = 0;
       for (int64_t i = 0; i < g; ++i) {
-        if (!mask_[i]) continue;
+        active_[na] = static_cast<int32_t>(i);
+        na += mask_[i];
+      }
+      for (int64_t a = 0; a < na; ++a) {
+        const int64_t i = active_[a];
         scan_range<D, A>(qa + i * D, X, index, nd.begin, nd.end, tops[i], use_radius_, r2_);
         thr_[i] = scan_limit(tops[i], use_radius_, r2_);
       }
@@ -270,6 +277,7 @@ class GroupSearch {
   std::vector<Entry> heap_;
   std::vector<A> qsoa_, thr_;
   std::vector<uint8_t> mask_;
+  std::vector<int32_t> active_;
 };
 
 }  // namespace cpu
