@@ -165,6 +165,13 @@ def _extensions():
             _say(f"building {name} failed ({exc}); pcgeom will use the pure-torch path "
                  "for what it would have provided. Set PCGEOM_REQUIRE_EXT=1 to make this an error.")
 
+        def _drop_stale_output(self, name):
+            # A library left in build/ by an earlier build must not be shipped
+            # as if this build had produced it.
+            path = self.get_ext_fullpath(name)
+            if os.path.exists(path):
+                os.remove(path)
+
         def build_extensions(self):
             # torch's set-up (compiler probe, ABI check) can fail before any
             # single module is attempted: that too must not fail the install.
@@ -174,6 +181,7 @@ def _extensions():
                 for ext in self.extensions:
                     if ext.name not in OptionalBuildExt.built and ext.name not in OptionalBuildExt.failed:
                         self._record_failure(ext.name, exc)
+                        self._drop_stale_output(ext.name)
 
         def build_extension(self, ext):
             try:
@@ -181,6 +189,7 @@ def _extensions():
                 OptionalBuildExt.built.add(ext.name)
             except Exception as exc:  # compiler, ninja or nvcc failure
                 self._record_failure(ext.name, exc)
+                self._drop_stale_output(ext.name)
 
         def _kept(self):
             return [e for e in self.extensions if e.name not in OptionalBuildExt.failed]
