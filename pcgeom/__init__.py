@@ -10,6 +10,7 @@ from pcgeom._backend import backend_info
 from pcgeom.ops import KNNResult, ball_query, farthest_point_sample, knn, knn_gather
 from pcgeom.grouping import GroupLevel, group_hierarchical, group_patches
 from pcgeom.chamfer import chamfer_distance
+from pcgeom.features import fill_missing, group_features, interpolate_features
 # Submodules users reach as attributes (pcgeom.nn.KNNClassifier, pcgeom.metrics.add, ...).
 from pcgeom import compat, data, io, losses, metrics, nn  # noqa: E402
 
@@ -22,8 +23,11 @@ __all__ = [
     "ball_query",
     "chamfer_distance",
     "farthest_point_sample",
+    "fill_missing",
+    "group_features",
     "group_hierarchical",
     "group_patches",
+    "interpolate_features",
     "knn",
     "knn_gather",
 ]
