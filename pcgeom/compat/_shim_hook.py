@@ -57,6 +57,9 @@ class ShimFinder:
     def find_spec(self, fullname, path=None, target=None):
         if fullname not in self.names or fullname in self._busy:
             return None
+        parent = fullname.rpartition(".")[0]
+        if parent and getattr(sys.modules.get(parent), "__pcgeom_shim__", None) is None:
+            return None  # a submodule is served only inside a served package, never grafted onto a real one
         if self.real_spec(fullname, path) is not None:
             return None  # a real extension is installed: let it load
         if "pcgeom" not in sys.modules and importlib.util.find_spec("pcgeom") is None:
