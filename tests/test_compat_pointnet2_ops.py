@@ -32,6 +32,30 @@ def test_fps_int32_and_the_near_origin_rule():
     np.testing.assert_array_equal(P.furthest_point_sample(y, 40).long().numpy(), K.fps(y, 40))
 
 
+def test_fps_native_path_equals_the_sequential_transcription():
+    from pcgeom.grouping import _pointnet2_fps
+    from conftest import lattice_cloud
+
+    lat = lattice_cloud(2, 6) - 2.5  # every distance ties: the kernel's tie rule decides
+    cases = [(_cloud(2, 513, 11, near=6), 300), (_cloud(1, 1024, 12, near=3), 200), (lat, 150), (lat, 216),
+             (lattice_cloud(1, 5) - 2, 60)]
+    for x, n in cases:
+        native = P._pointnet2_fps_native(x, n)
+        assert native is not None
+        assert torch.equal(native, _pointnet2_fps(x, n))
+        np.testing.assert_array_equal(native.numpy(), K.fps(x, n))
+    # Where the kernel repeats points (duplicates, too few eligible) or sees NaN: the transcription serves.
+    dup = _cloud(2, 50, 13)
+    dup[:, 25:] = dup[:, :25]
+    few = _cloud(1, 30, 14, near=10)
+    nan = _cloud(1, 30, 15)
+    nan[0, 4, 1] = float("nan")
+    for x, n in ((dup, 40), (few, 30), (nan, 10)):
+        assert P._pointnet2_fps_native(x, n) is None
+        assert torch.equal(P.furthest_point_sample(x, n).long(), _pointnet2_fps(x, n))
+    np.testing.assert_array_equal(P.furthest_point_sample(dup, 40).long().numpy(), K.fps(dup, 40))
+
+
 @pytest.mark.parametrize("radius,nsample", [(0.2, 16), (0.5, 64), (1e-4, 4), (0.0, 3)])
 def test_ball_query_first_hits_padding_and_zero(radius, nsample):
     x = _cloud(2, 200, 3)

@@ -40,9 +40,9 @@ import torch
 from torch import nn
 
 from pcgeom import _validation as V
-from pcgeom.grouping import _pointnet2_fps
+from pcgeom.grouping import _P2_NEAR_ORIGIN, _pointnet2_fps, _pointnet2_priority
 from pcgeom.ops import ball_query as _pc_ball_query
-from pcgeom.ops import knn
+from pcgeom.ops import farthest_point_sample, knn
 
 __version__ = "3.0.0"
 
@@ -94,7 +94,52 @@ def furthest_point_sample(xyz: torch.Tensor, npoint: int) -> torch.Tensor:
     npoint = V.check_int(fn, "npoint", npoint, minimum=1)
     if npoint > xyz.shape[1]:
         raise ValueError(f"{fn}: npoint={npoint} exceeds the number of points N={xyz.shape[1]} (xyz shape {V._shape(xyz)})")
-    return _pointnet2_fps(xyz, npoint).to(torch.int32)
+    idx = _pointnet2_fps_native(xyz, npoint)
+    if idx is None:
+        idx = _pointnet2_fps(xyz, npoint)
+    return idx.to(torch.int32)
+
+
+def _pointnet2_fps_native(xyz: torch.Tensor, npoint: int):
+    """pointnet2's FPS on pcgeom's native exact FPS kernel, or None where the two could differ.
+
+    With the points in the kernel's tie priority order (pcgeom.grouping's
+    ``_pointnet2_priority``), index 0 first and the points the kernel skips
+    (``|p|^2 <= 1e-3``) moved past ``lengths``, exact FPS from index 0 (ties
+    to the lower position) makes the kernel's choices -- as long as every
+    step has a positive farthest distance.  The kernel differs only when it
+    starts repeating points (all remaining distances 0, which shows as two
+    chosen points with equal coordinates, or more samples than eligible
+    points), and for NaN/inf or huge coordinates (its 1e10 distance cap):
+    those take the sequential transcription instead.
+    """
+    if V.compiling() or xyz.shape[0] == 0:
+        return None
+    B, N, _ = xyz.shape
+    with torch.no_grad():
+        pts = xyz.detach().to(torch.float32)
+        if not bool(pts.abs().amax() <= 1e4):  # also False for NaN; inf is > 1e4
+            return None
+        perm = _pointnet2_priority(N, xyz.device)
+        p = pts[:, perm]
+        x, y, z = p.unbind(-1)
+        eligible = (x * x + y * y + z * z) > _P2_NEAR_ORIGIN
+        rank = torch.where(eligible, 1, 2)
+        rank[:, 0] = 0  # original index 0 (priority position 0) is always the start
+        order = torch.sort(rank, dim=1, stable=True).indices
+        lengths = 1 + eligible[:, 1:].sum(dim=1)
+        if npoint > int(lengths.min()):
+            return None
+        q = p.gather(1, order.unsqueeze(-1).expand(B, N, 3))
+        sel = farthest_point_sample(q, npoint, lengths=lengths, start_index=0)
+        chosen = q.gather(1, sel.unsqueeze(-1).expand(B, npoint, 3))
+        # Equal coordinates among the chosen points: lexicographic order by three
+        # stable sorts (z, then y, then x), then compare neighbours.
+        for c in (2, 1, 0):
+            chosen = chosen.gather(1, torch.sort(chosen[..., c], dim=1, stable=True).indices.unsqueeze(-1).expand(B, npoint, 3))
+        if npoint > 1 and bool((chosen[:, 1:] == chosen[:, :-1]).all(dim=-1).any()):
+            return None
+        return perm[order.gather(1, sel)]
 
 
 def gather_operation(features: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
