@@ -15,6 +15,15 @@ unchanged, on CPU and GPU:
 
 The search is :func:`pcgeom.knn` with k=1 (native kernels, exact, no N x M
 matrix); the gradients are accumulated in the inputs' precision.
+
+Example:
+    >>> import torch
+    >>> from pcgeom.compat import chamfer_ext as chamfer
+    >>> a = torch.tensor([[[0.0, 0, 0], [2, 0, 0]]])
+    >>> b = torch.tensor([[[0.0, 1, 0]]])
+    >>> d1, d2, i1, i2 = chamfer.forward(a, b)
+    >>> d1.tolist(), d2.tolist(), i1.tolist(), i2.tolist()
+    ([[1.0, 5.0]], [[1.0]], [[0, 0]], [[0]])
 """
 
 from __future__ import annotations

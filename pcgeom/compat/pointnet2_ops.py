@@ -29,7 +29,19 @@ Unlike the original the inputs need not be contiguous, float16/bfloat16/float64
 work too (computed as pcgeom computes them), and bad input raises an error
 naming the argument instead of ``exit(-1)``.  The search runs on pcgeom's
 native kernels (:func:`pcgeom.ball_query` with ``order="index"``,
-:func:`pcgeom.knn`).
+:func:`pcgeom.knn`, :func:`pcgeom.farthest_point_sample`).
+
+Example:
+    >>> import torch
+    >>> from pcgeom.compat import pointnet2_ops as pointnet2_utils
+    >>> xyz = torch.tensor([[[0.0, 0, 0], [1, 0, 0], [0, 3, 0], [5, 5, 0]]])
+    >>> pointnet2_utils.furthest_point_sample(xyz, 2).tolist()
+    [[0, 3]]
+    >>> pointnet2_utils.ball_query(1.5, 3, xyz, xyz[:, :1]).tolist()   # first hit 0 repeated
+    [[[0, 1, 0]]]
+    >>> dist, idx = pointnet2_utils.three_nn(xyz[:, :1], xyz)
+    >>> dist.tolist(), idx.tolist()
+    ([[[0.0, 1.0, 3.0]]], [[[0, 1, 2]]])
 """
 
 from __future__ import annotations
