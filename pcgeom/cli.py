@@ -80,7 +80,13 @@ def _compat(args) -> int:
     from pcgeom.compat import shims
 
     if args.action == "enable":
-        pth = shims.install_hook(args.site_dir)
+        try:
+            pth = shims.install_hook(args.site_dir)
+        except OSError as exc:
+            print(f"pcgeom compat enable: cannot write the hook into {shims._site_dir(args.site_dir)}: {exc}. "
+                  "Use a virtual environment you can write to, pass --site-dir, or call "
+                  "pcgeom.compat.enable_shims() in the program instead.", file=sys.stderr)
+            return 1
         print(f"pcgeom import shims enabled for this Python environment ({pth}).")
         print("Every later process serves these names where no real extension is installed:")
         print("  " + ", ".join(sorted(shims.SHIMS)))
