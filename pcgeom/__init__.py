@@ -4,6 +4,9 @@ The ops (``knn``, ``ball_query``, ``knn_gather``, ``farthest_point_sample``) are
 real torch ops: native CPU/CUDA kernels built at install time on the LibTorch
 stable ABI, or the pure-torch reference path with identical answers when the
 kernels are absent.  ``pcgeom.backend_info()`` / ``pcgeom doctor`` say which.
+PointNet++'s feature ops (``group_features``, ``fill_missing``,
+``interpolate_features``) build on them; ``pcgeom.compat`` serves stand-ins for
+``knn_cuda``, ``pointnet2_ops`` and ``chamfer`` (``pcgeom compat enable``).
 """
 
 from pcgeom._backend import backend_info
