@@ -18,7 +18,7 @@ PyObject* PyInit__C(void) {
 STABLE_TORCH_LIBRARY(pcgeom, m) {
   m.def("knn(Tensor query, Tensor points, int k, Tensor query_lengths, Tensor points_lengths) -> (Tensor, Tensor)");
   m.def("knn_backward(Tensor grad_dist2, Tensor query, Tensor points, Tensor idx) -> (Tensor, Tensor)");
-  m.def("ball_query(Tensor query, Tensor points, float radius, int k, Tensor query_lengths, Tensor points_lengths) -> (Tensor, Tensor)");
+  m.def("ball_query(Tensor query, Tensor points, float radius, int k, Tensor query_lengths, Tensor points_lengths, bool index_order=False) -> (Tensor, Tensor)");
   m.def("knn_gather(Tensor x, Tensor idx) -> Tensor");
   m.def("knn_gather_backward(Tensor grad, Tensor idx, int n) -> Tensor");
   m.def("farthest_point_sample(Tensor points, int n_samples, Tensor lengths, Tensor start_index) -> Tensor");

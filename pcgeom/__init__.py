@@ -4,12 +4,16 @@ The ops (``knn``, ``ball_query``, ``knn_gather``, ``farthest_point_sample``) are
 real torch ops: native CPU/CUDA kernels built at install time on the LibTorch
 stable ABI, or the pure-torch reference path with identical answers when the
 kernels are absent.  ``pcgeom.backend_info()`` / ``pcgeom doctor`` say which.
+PointNet++'s feature ops (``group_features``, ``fill_missing``,
+``interpolate_features``) build on them; ``pcgeom.compat`` serves stand-ins for
+``knn_cuda``, ``pointnet2_ops`` and ``chamfer`` (``pcgeom compat enable``).
 """
 
 from pcgeom._backend import backend_info
 from pcgeom.ops import KNNResult, ball_query, farthest_point_sample, knn, knn_gather
 from pcgeom.grouping import GroupLevel, group_hierarchical, group_patches
 from pcgeom.chamfer import chamfer_distance
+from pcgeom.features import fill_missing, group_features, interpolate_features
 # Submodules users reach as attributes (pcgeom.nn.KNNClassifier, pcgeom.metrics.add, ...).
 from pcgeom import compat, data, io, losses, metrics, nn  # noqa: E402
 
@@ -22,8 +26,11 @@ __all__ = [
     "ball_query",
     "chamfer_distance",
     "farthest_point_sample",
+    "fill_missing",
+    "group_features",
     "group_hierarchical",
     "group_patches",
+    "interpolate_features",
     "knn",
     "knn_gather",
 ]

@@ -71,9 +71,93 @@ def test_opcheck(device):
         (dict(radius=float("nan"), k=2), ValueError, r"radius must not be NaN"),
         (dict(radius="1", k=2), TypeError, r"radius must be a float"),
         (dict(radius=0.1, k=0), ValueError, r"ball_query: k must be >= 1"),
+        (dict(radius=0.1, k=2, order="nearest"), ValueError, r"ball_query: order must be one of \('distance', 'index'\), got 'nearest'"),
     ],
 )
 def test_errors(kwargs, exc, match):
     q = torch.rand(1, 4, 3)
     with pytest.raises(exc, match=match):
         pcgeom.ball_query(q, q, **kwargs)
+
+
+# ---------------------------------------------------------------------------
+# order="index": PointNet++'s selection (the first k points inside the ball in index order).
+
+
+def _index_order_oracle(q, p, radius, k, ql=None, pl=None):
+    """float64 numpy brute force of the index-order ball query, pcgeom padding."""
+    qn, pn = q.detach().cpu().double().numpy(), p.detach().cpu().double().numpy()
+    B, M, N = qn.shape[0], qn.shape[1], pn.shape[1]
+    ql = [M] * B if ql is None else ql.tolist()
+    pl = [N] * B if pl is None else pl.tolist()
+    r2 = radius * radius
+    od = np.full((B, M, k), np.inf)
+    oi = np.full((B, M, k), -1, dtype=np.int64)
+    for b in range(B):
+        for m in range(ql[b]):
+            d2 = ((pn[b, : pl[b]] - qn[b, m]) ** 2).sum(-1)
+            hits = np.nonzero(d2 <= r2)[0][:k]
+            oi[b, m, : len(hits)] = hits
+            od[b, m, : len(hits)] = d2[hits]
+    return od, oi
+
+
+@pytest.mark.parametrize("radius,k", [(0.15, 8), (0.3, 64), (0.0, 3), (10.0, 5)])
+def test_index_order_matches_bruteforce(device, radius, k):
+    q = random_cloud(2, 30, dtype=torch.float64, device=device, seed=11)
+    p = random_cloud(2, 150, dtype=torch.float64, device=device, seed=12)
+    dist2, idx = pcgeom.ball_query(q, p, radius, k, order="index")
+    od, oi = _index_order_oracle(q, p, radius, k)
+    np.testing.assert_array_equal(idx.cpu().numpy(), oi)
+    np.testing.assert_array_equal(dist2.cpu().numpy(), od)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_index_order_ragged_low_precision(device, dtype):
+    q = random_cloud(3, 20, dtype=dtype, device=device, seed=13)
+    p = random_cloud(3, 80, dtype=dtype, device=device, seed=14)
+    ql, pl = torch.tensor([20, 4, 0]), torch.tensor([80, 0, 9])
+    dist2, idx = pcgeom.ball_query(q, p, 0.3, 12, query_lengths=ql, points_lengths=pl, order="index")
+    od, oi = _index_order_oracle(q.float(), p.float(), 0.3, 12, ql, pl)  # float32 math, like the kernels
+    np.testing.assert_array_equal(idx.cpu().numpy(), oi)
+    np.testing.assert_allclose(dist2.float().cpu().numpy(), od, rtol=1e-2 if dtype != torch.float32 else 1e-6)
+    assert dist2.dtype == dtype
+    assert (idx[1] == -1).all() and (idx[2] == -1).all() and torch.isinf(dist2[1]).all()
+
+
+def test_index_order_is_not_nearest_when_full():
+    # Four points in the ball, k=2: index order keeps 0 and 1, distance order the two nearest.
+    p = torch.tensor([[[0.9, 0, 0], [0.8, 0, 0], [0.1, 0, 0], [0.0, 0, 0], [5.0, 0, 0]]], dtype=torch.float64)
+    q = torch.zeros(1, 1, 3, dtype=torch.float64)
+    assert pcgeom.ball_query(q, p, 1.0, 2, order="index").idx.tolist() == [[[0, 1]]]
+    assert pcgeom.ball_query(q, p, 1.0, 2).idx.tolist() == [[[3, 2]]]
+    # inclusive radius, NaN never inside
+    p2 = torch.tensor([[[1.0, 0, 0], [float("nan"), 0, 0], [0.5, 0, 0]]], dtype=torch.float64)
+    assert pcgeom.ball_query(q, p2, 1.0, 3, order="index").idx.tolist() == [[[0, 2, -1]]]
+
+
+def test_index_order_gradients(device):
+    q = random_cloud(1, 5, dtype=torch.float64, device=device, seed=15).requires_grad_()
+    p = random_cloud(1, 40, dtype=torch.float64, device=device, seed=16).requires_grad_()
+    fn = lambda a, b: torch.nan_to_num(pcgeom.ball_query(a, b, 0.5, 6, order="index").dist2, posinf=0.0)
+    assert torch.autograd.gradcheck(fn, (q, p))
+
+
+def test_index_order_native_equals_reference():
+    q = random_cloud(2, 60, dtype=torch.float32, seed=17)
+    p = random_cloud(2, 400, dtype=torch.float32, seed=18)
+    ql, pl = torch.tensor([60, 7]), torch.tensor([400, 33])
+    for r, k in ((0.05, 4), (0.2, 32), (0.6, 200)):
+        a = pcgeom.ball_query(q, p, r, k, query_lengths=ql, points_lengths=pl, order="index")
+        b = reference.ball_query_reference(q, p, r, k, ql, pl, True)
+        assert torch.equal(a.idx, b[1]) and torch.equal(a.dist2, b[0])
+
+
+def test_index_order_opcheck_and_compile(device):
+    q = random_cloud(2, 5, device=device).requires_grad_()
+    p = random_cloud(2, 9, device=device).requires_grad_()
+    lens = (torch.tensor([5, 5], device=device), torch.tensor([9, 9], device=device))
+    torch.library.opcheck(torch.ops.pcgeom.ball_query.default, (q, p, 0.4, 3, *lens, True))
+    fn = torch.compile(lambda a, b: pcgeom.ball_query(a, b, 0.4, 3, order="index"), fullgraph=True)
+    got, want = fn(q, p), pcgeom.ball_query(q, p, 0.4, 3, order="index")
+    assert torch.equal(got.idx, want.idx) and torch.equal(got.dist2, want.dist2)

@@ -1,18 +1,94 @@
-// CUDA kernel of pcgeom::ball_query: the CUDA KNN search restricted to
-// dist2 <= radius^2 (the grid path also stops at the radius).
+// CUDA kernel of pcgeom::ball_query.
+//
+// order="distance": the CUDA KNN search restricted to dist2 <= radius^2 (the
+// grid path also stops at the radius).
+// order="index" (index_order=true): PointNet++'s selection, one thread per
+// query scanning the points in index order until k are inside the ball --
+// the row function is ball_query_common.h's, the CPU kernel's, so both devices
+// return the same answer bit for bit (--fmad=false keeps sq_dist unfused).
 #include <torch/csrc/stable/library.h>
 
+#include "ball_query/ball_query_common.h"
+#include "common/checks.h"
+#include "common/cuda_utils.cuh"
 #include "knn/knn_cuda.h"
 
 namespace pcgeom {
 namespace cuda {
 namespace {
 
-std::tuple<torch::stable::Tensor, torch::stable::Tensor> ball_query_cuda(
-    torch::stable::Tensor query, torch::stable::Tensor points, double radius, int64_t k,
-    torch::stable::Tensor query_lengths, torch::stable::Tensor points_lengths) {
+using ST = torch::headeronly::ScalarType;
+
+template <typename T>
+__global__ void ball_query_index_kernel(const T* __restrict__ q, const T* __restrict__ p,
+                                        const int64_t* __restrict__ ql,
+                                        const int64_t* __restrict__ pl, int64_t B, int64_t M,
+                                        int64_t N, int64_t D, int64_t K, acc_t<T> r2,
+                                        T* __restrict__ od, int64_t* __restrict__ oi) {
+  const int64_t rows = B * M;
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows;
+       r += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t b = r / M;
+    const int64_t m = r - b * M;
+    // Lengths are clamped so that a direct torch.ops call can never read out of bounds.
+    const int64_t L = m < clamp_len(ql[b], M) ? clamp_len(pl[b], N) : 0;
+    ball_query_index_row<T, acc_t<T>>(q + r * D, p + b * N * D, L, D, K, r2, od + r * K,
+                                      oi + r * K);
+  }
+}
+
+std::tuple<Tensor, Tensor> ball_query_index_cuda(const Tensor& query_in, const Tensor& points_in,
+                                                 double radius2, int64_t k,
+                                                 const Tensor& query_lengths_in,
+                                                 const Tensor& points_lengths_in) {
+  const char* op = "ball_query";
+  check_rank(query_in, 3, op, "query");
+  check_rank(points_in, 3, op, "points");
+  check_on_gpu(query_in, op, "query");
+  const int64_t B = query_in.size(0), M = query_in.size(1), D = query_in.size(2);
+  const int64_t N = points_in.size(1);
+  STD_TORCH_CHECK(points_in.size(0) == B && points_in.size(2) == D, op,
+                  ": query and points must share batch size and dimension");
+  STD_TORCH_CHECK(query_in.scalar_type() == points_in.scalar_type(), op,
+                  ": query and points must have the same dtype");
+  STD_TORCH_CHECK(k >= 1, op, ": k must be >= 1, got ", k);
+  check_int64_vector(query_lengths_in, B, op, "query_lengths");
+  check_int64_vector(points_lengths_in, B, op, "points_lengths");
+  const int32_t dev = gpu_index(query_in);
+  check_same_cuda(points_in, dev, op, "points");
+  check_same_cuda(query_lengths_in, dev, op, "query_lengths");
+  check_same_cuda(points_lengths_in, dev, op, "points_lengths");
+  DeviceGuard guard(dev);
+  const Tensor query = torch::stable::contiguous(query_in);
+  const Tensor points = torch::stable::contiguous(points_in);
+  const Tensor ql = torch::stable::contiguous(query_lengths_in);
+  const Tensor pl = torch::stable::contiguous(points_lengths_in);
+  Tensor dist = torch::stable::empty({B, M, k}, query.scalar_type(), std::nullopt, query.device());
+  Tensor idx = torch::stable::empty({B, M, k}, ST::Long, std::nullopt, query.device());
+  if (B * M == 0) return std::make_tuple(dist, idx);
+  const cudaStream_t stream = current_stream(dev);
+  constexpr int kThreads = 128;
+  PCGEOM_DISPATCH_FLOATING(query.scalar_type(), op, [&] {
+    ball_query_index_kernel<scalar_t><<<blocks_for(B * M, kThreads), kThreads, 0, stream>>>(
+        query.const_data_ptr<scalar_t>(), points.const_data_ptr<scalar_t>(),
+        ql.const_data_ptr<int64_t>(), pl.const_data_ptr<int64_t>(), B, M, N, D, k,
+        // rounded once from the double radius^2, as on the CPU
+        static_cast<acc_t<scalar_t>>(radius2), dist.mutable_data_ptr<scalar_t>(),
+        idx.mutable_data_ptr<int64_t>());
+    check_launch(op, "ball_query_index_kernel");
+  });
+  return std::make_tuple(dist, idx);
+}
+
+std::tuple<Tensor, Tensor> ball_query_cuda(Tensor query, Tensor points, double radius, int64_t k,
+                                           Tensor query_lengths, Tensor points_lengths,
+                                           bool index_order) {
   STD_TORCH_CHECK(radius >= 0.0, "ball_query: radius must be >= 0, got ", radius);
   // radius*radius in double, rounded once to the accumulation type, as on the CPU.
+  if (index_order) {
+    return ball_query_index_cuda(query, points, radius * radius, k, query_lengths,
+                                 points_lengths);
+  }
   return knn_search_cuda(query, points, k, query_lengths, points_lengths, true, radius * radius,
                          "ball_query");
 }

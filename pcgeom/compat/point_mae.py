@@ -1,14 +1,16 @@
-"""Drop-in replacements for Point-MAE's grouping, FPS and Chamfer losses.
+"""Point-MAE's grouping, FPS and Chamfer losses as pcgeom classes.
 
 Point-MAE (and Point-BERT, PointGPT, Point-M2AE, PoinTr, which share the code)
 needs three compiled extensions: KNN_CUDA, pointnet2_ops and a Chamfer CUDA
-extension.  This module replaces all three with pcgeom ops, CPU and GPU, with a
-one-line import change::
+extension.  To run those repositories unchanged, turn on the import shims
+(``pcgeom compat enable``, or :func:`pcgeom.compat.enable_shims`), which serve
+all three under their own module names.  This module is for your own code::
 
-    # models/Point_MAE.py
-    from pcgeom.compat.point_mae import Group, ChamferDistanceL1, ChamferDistanceL2
-    # utils/misc.py
-    from pcgeom.compat.point_mae import fps
+    from pcgeom.compat.point_mae import Group, ChamferDistanceL1, ChamferDistanceL2, fps
+
+(Importing these into Point-MAE's own files is not enough: ``utils/misc.py``
+and ``models/Point_MAE.py`` define their own ``fps`` and ``Group``, which
+shadow imported names, and its runners import ``pointnet2_ops`` directly.)
 
 The numbers match the originals: :class:`Group` uses the pointnet2-compatible
 FPS by default (``fps="pointnet2"``), so pretrained checkpoints see the same

@@ -83,7 +83,20 @@ def _topk_exact(d: torch.Tensor, valid: torch.Tensor | None, k: int):
     return order[:, :k], ok
 
 
-def _knn_search(query, points, k, query_lengths, points_lengths, radius2=None, op="knn"):
+def _first_in_index_order(valid: torch.Tensor, k: int):
+    """The first k True entries of each row of ``valid (c, n)``, in index order.
+
+    Returns ``(index (c, k), ok (c, k))`` like :func:`_topk_exact`.
+    """
+    n = valid.shape[1]
+    pos = torch.arange(n, device=valid.device).expand_as(valid)
+    key = torch.where(valid, pos, n)
+    sel = torch.topk(key, k, dim=1, largest=False, sorted=True).values
+    ok = sel < n
+    return sel.masked_fill(~ok, 0), ok
+
+
+def _knn_search(query, points, k, query_lengths, points_lengths, radius2=None, op="knn", index_order=False):
     B, M, D = query.shape
     N = points.shape[1]
     if k < 1:
@@ -110,7 +123,10 @@ def _knn_search(query, points, k, query_lengths, points_lengths, radius2=None, o
             e = min(Lq, s + chunk)
             d = sq_dist(query[b, s:e].to(acc), pb)
             valid = None if r2 is None else d <= r2
-            sel, ok = _topk_exact(d, valid, kb)
+            if index_order:
+                sel, ok = _first_in_index_order(valid, kb)
+            else:
+                sel, ok = _topk_exact(d, valid, kb)
             dist_out[b, s:e, :kb] = torch.where(ok, d.gather(1, sel), float("inf")).to(query.dtype)
             idx_out[b, s:e, :kb] = torch.where(ok, sel, -1)
     return dist_out, idx_out
@@ -121,11 +137,18 @@ def knn_reference(query, points, k, query_lengths, points_lengths):
     return _knn_search(query, points, k, query_lengths, points_lengths)
 
 
-def ball_query_reference(query, points, radius, k, query_lengths, points_lengths):
-    """KNN restricted to ``dist2 <= radius**2`` (radius squared in double, then rounded)."""
+def ball_query_reference(query, points, radius, k, query_lengths, points_lengths, index_order=False):
+    """The points with ``dist2 <= radius**2`` (radius squared in double, then rounded).
+
+    ``index_order=False``: the k nearest of them (the KNN order).  ``True``: the
+    first k of them in index order, each slot keeping its distance.
+    """
     if radius < 0:
         raise RuntimeError(f"ball_query: radius must be >= 0, got {radius}")
-    return _knn_search(query, points, k, query_lengths, points_lengths, radius2=radius * radius, op="ball_query")
+    return _knn_search(
+        query, points, k, query_lengths, points_lengths, radius2=radius * radius, op="ball_query",
+        index_order=index_order,
+    )
 
 
 def knn_backward_reference(grad_dist2, query, points, idx):

@@ -184,6 +184,19 @@ def test_ball_query(knn_path, radius):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+@pytest.mark.parametrize("radius", [0.0, 0.15, 1e9])
+def test_ball_query_index_order(dtype, radius):
+    p, q = rand(2, 300, 3, dtype=dtype, seed=24), rand(2, 30, 3, dtype=dtype, seed=25)
+    q[:, :3] = p[:, :3]
+    ql, pl = lens(q, 30, 7), lens(p, 300, 100)
+    for k in (1, 16, 64):
+        a = E().ball_query(q, p, radius, k, ql, pl, True)
+        b = C().ball_query(q, p, radius, k, ql, pl, True)
+        same(a[1], b[1], f"index-order idx r={radius} k={k}")
+        same(a[0], b[0], f"index-order dist2 r={radius} k={k}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
 def test_knn_backward(dtype):
     q, p = rand(3, 30, 4, dtype=dtype, seed=17), rand(3, 40, 4, dtype=dtype, seed=18)
     ql, pl = lens(q, 30, 11, 0), lens(p, 40, 20, 3)

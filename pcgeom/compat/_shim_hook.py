@@ -1,0 +1,94 @@
+"""The import finder behind pcgeom's shims -- deliberately tiny and standalone.
+
+``pcgeom compat enable`` copies this file into site-packages (as
+``_pcgeom_shim_hook.py``) next to a ``pcgeom-shims.pth`` whose one line calls
+:func:`install` at interpreter start-up.  So it must not import torch or
+pcgeom: it only puts a finder at the end of ``sys.meta_path``.  The finder
+answers for the shimmed module names only, and only when no other finder can
+find them (a real installed extension always wins); then, and only then,
+``pcgeom.compat.shims`` is imported to build the module.
+
+``pcgeom.compat.enable_shims()`` installs the same finder in the current process.
+Set ``PCGEOM_DISABLE_SHIMS=1`` to switch the start-up hook off for one process.
+"""
+
+import importlib.util
+import os
+import sys
+
+_MARK = "_pcgeom_shim_finder"
+
+
+class ShimFinder:
+    """A meta-path finder serving ``names`` from pcgeom when nothing else can."""
+
+    _pcgeom_shim_finder = True
+
+    def __init__(self, names, origin):
+        self.names = frozenset(names)
+        self.origin = origin  # "process" (enable_shims) or "environment" (the .pth hook)
+        self._busy = set()
+
+    def __repr__(self):
+        return f"<pcgeom ShimFinder ({self.origin}): {', '.join(sorted(self.names))}>"
+
+    def real_spec(self, fullname, path=None):
+        """The spec another finder on sys.meta_path gives ``fullname``, or None."""
+        if fullname in self._busy:
+            return None
+        self._busy.add(fullname)
+        try:
+            for finder in list(sys.meta_path):
+                if getattr(finder, _MARK, False):
+                    continue
+                find = getattr(finder, "find_spec", None)
+                if find is None:
+                    continue
+                try:
+                    spec = find(fullname, path)
+                except (ImportError, AttributeError, ValueError):
+                    spec = None
+                if spec is not None:
+                    return spec
+            return None
+        finally:
+            self._busy.discard(fullname)
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in self.names or fullname in self._busy:
+            return None
+        parent = fullname.rpartition(".")[0]
+        if parent and getattr(sys.modules.get(parent), "__pcgeom_shim__", None) is None:
+            return None  # a submodule is served only inside a served package, never grafted onto a real one
+        if self.real_spec(fullname, path) is not None:
+            return None  # a real extension is installed: let it load
+        if "pcgeom" not in sys.modules and importlib.util.find_spec("pcgeom") is None:
+            return None  # pcgeom was uninstalled but the hook stayed behind
+        from pcgeom.compat import shims
+
+        return shims._spec(fullname, self)
+
+
+def _finders():
+    return [f for f in sys.meta_path if getattr(f, _MARK, False)]
+
+
+def install(names, origin="environment"):
+    """Appends a :class:`ShimFinder` for ``names`` to ``sys.meta_path`` (idempotent per origin)."""
+    if origin == "environment" and os.environ.get("PCGEOM_DISABLE_SHIMS", "").strip().lower() in ("1", "true", "yes", "on"):
+        return None
+    for f in _finders():
+        if f.origin == origin:
+            f.names = frozenset(names)
+            return f
+    finder = ShimFinder(names, origin)
+    sys.meta_path.append(finder)
+    return finder
+
+
+def uninstall(origin):
+    """Removes the finders of one origin; returns how many were removed."""
+    gone = [f for f in _finders() if f.origin == origin]
+    for f in gone:
+        sys.meta_path.remove(f)
+    return len(gone)

@@ -1,0 +1,218 @@
+"""The opt-in that serves pcgeom's stand-ins under the upstream extensions' module names.
+
+``SHIMS`` maps each served module name to the pcgeom module implementing it;
+adding a shim is one line here.  Two switches, both explicit and reversible:
+
+* :func:`enable_shims` / :func:`disable_shims` -- the current process only;
+* ``pcgeom compat enable`` / ``disable`` / ``status`` -- the active Python
+  environment, every later process, until disabled (:func:`install_hook`
+  writes ``pcgeom-shims.pth`` + ``_pcgeom_shim_hook.py`` into site-packages;
+  the hook imports neither torch nor pcgeom at start-up).
+
+Either way a name is served only when no other finder on ``sys.meta_path``
+can find it, so a real installed extension always wins, and nothing is
+imported or patched until the program imports a shimmed name.  A served
+module is a fresh module object of that name holding the public names of the
+pcgeom module (``module.__pcgeom_shim__`` names it); packages (``pointnet2_ops``)
+import their served submodules eagerly, like the originals.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import os
+import pathlib
+import sys
+import sysconfig
+import types
+
+from pcgeom.compat import _shim_hook
+
+SHIMS: dict[str, str] = {
+    "knn_cuda": "pcgeom.compat.knn_cuda",
+    "pointnet2_ops": "pcgeom.compat.pointnet2_ops",
+    "pointnet2_ops.pointnet2_utils": "pcgeom.compat.pointnet2_ops",
+    "pointnet2_ops.pointnet2_modules": "pcgeom.compat.pointnet2_modules",
+    "chamfer": "pcgeom.compat.chamfer_ext",
+}
+
+PTH_NAME = "pcgeom-shims.pth"
+HOOK_NAME = "_pcgeom_shim_hook"
+
+__all__ = ["SHIMS", "disable_shims", "enable_shims", "hook_status", "install_hook", "shim_status", "uninstall_hook"]
+
+
+def _children(name: str) -> list[str]:
+    return [n for n in SHIMS if n.startswith(name + ".") and "." not in n[len(name) + 1 :]]
+
+
+class _ShimLoader:
+    """Builds the served module from its pcgeom implementation (the heavy import happens here)."""
+
+    def create_module(self, spec):
+        return None  # default module creation
+
+    def exec_module(self, module):
+        name = module.__spec__.name
+        target = importlib.import_module(SHIMS[name])
+        public = getattr(target, "__all__", None) or [n for n in vars(target) if not n.startswith("_")]
+        for attr in public:
+            setattr(module, attr, getattr(target, attr))
+        if hasattr(target, "__version__"):
+            module.__version__ = target.__version__
+        module.__doc__ = target.__doc__
+        module.__pcgeom_shim__ = target.__name__
+        for child in _children(name):
+            importlib.import_module(child)  # the import system sets it as an attribute
+
+
+def _spec(fullname: str, finder) -> importlib.machinery.ModuleSpec:
+    is_pkg = bool(_children(fullname))
+    spec = importlib.machinery.ModuleSpec(fullname, _ShimLoader(), origin=f"pcgeom shim ({SHIMS[fullname]})", is_package=is_pkg)
+    if is_pkg:
+        spec.submodule_search_locations = []
+    return spec
+
+
+def _is_shim(module) -> bool:
+    return getattr(module, "__pcgeom_shim__", None) is not None
+
+
+def enable_shims() -> None:
+    """Serves the names of :data:`SHIMS` in this process (where no real extension is installed).
+
+    Nothing is imported until the program imports one of those names.  A name
+    already imported (a real extension) is left alone.  Undo with
+    :func:`disable_shims`; for every later process use ``pcgeom compat enable``.
+
+    Example:
+        >>> import pcgeom.compat
+        >>> pcgeom.compat.enable_shims()
+        >>> from pointnet2_ops import pointnet2_utils   # pcgeom's stand-in, unless the real one is installed
+        >>> pcgeom.compat.disable_shims()
+    """
+    _shim_hook.install(SHIMS, origin="process")
+    importlib.invalidate_caches()
+
+
+def disable_shims() -> None:
+    """Stops serving shims in this process and forgets the shim modules already imported.
+
+    Both the in-process finder and the environment's start-up hook (for this
+    process) are removed; the environment setting itself is unchanged (see
+    ``pcgeom compat disable``).  Modules that already hold a reference to a
+    shim keep it.
+    """
+    for origin in ("process", "environment"):
+        _shim_hook.uninstall(origin)
+    for name in sorted(SHIMS, reverse=True):  # children first
+        mod = sys.modules.get(name)
+        if mod is not None and _is_shim(mod):
+            del sys.modules[name]
+    importlib.invalidate_caches()
+
+
+def _real_origin(name: str) -> str | None:
+    """Where a real (non-shim) module of this name would be loaded from, or None."""
+    finder = _shim_hook.ShimFinder((), "probe")
+    parent, _, _ = name.rpartition(".")
+    path = None
+    if parent:
+        p = sys.modules.get(parent)
+        if p is not None and not _is_shim(p):
+            path = getattr(p, "__path__", None)
+        else:
+            pspec = None if (p is not None and _is_shim(p)) else finder.real_spec(parent)
+            if pspec is None or pspec.submodule_search_locations is None:
+                return None
+            path = list(pspec.submodule_search_locations)
+        if path is None:
+            return None
+    mod = sys.modules.get(name)
+    if mod is not None and not _is_shim(mod):
+        return getattr(mod, "__file__", None) or "already imported"
+    spec = finder.real_spec(name, path)
+    if spec is None:
+        return None
+    return spec.origin or "found"
+
+
+def shim_status() -> dict[str, dict]:
+    """Per served name: ``{"real": origin or None, "served_by": "real"|"shim"|None, "imported": bool}``.
+
+    ``served_by`` says what an import would give now: the real extension when
+    one is installed, the shim when a shim finder is active, else None
+    (the import would fail).
+    """
+    active = bool(_shim_hook._finders())
+    out = {}
+    for name in SHIMS:
+        real = _real_origin(name)
+        mod = sys.modules.get(name)
+        if mod is not None:
+            served = "shim" if _is_shim(mod) else "real"
+        else:
+            served = "real" if real else ("shim" if active else None)
+        out[name] = {"real": real, "served_by": served, "imported": mod is not None, "target": SHIMS[name]}
+    return out
+
+
+# ---------------------------------------------------------------------------
+# The environment-wide switch (pcgeom compat enable / disable / status).
+
+
+def _site_dir(site_dir=None) -> pathlib.Path:
+    return pathlib.Path(site_dir or sysconfig.get_paths()["purelib"])
+
+
+def _pth_line() -> str:
+    names = tuple(sorted(SHIMS))
+    return f"import {HOOK_NAME}; {HOOK_NAME}.install({names!r})\n"
+
+
+def _hook_source() -> str:
+    return pathlib.Path(_shim_hook.__file__).read_text()
+
+
+def install_hook(site_dir=None) -> pathlib.Path:
+    """Writes the start-up hook into ``site_dir`` (default: this environment's site-packages).
+
+    Returns the path of the ``.pth`` file.  Idempotent; re-running it refreshes
+    the hook (e.g. after a pcgeom upgrade added a shim).
+    """
+    d = _site_dir(site_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{HOOK_NAME}.py").write_text(_hook_source())
+    pth = d / PTH_NAME
+    pth.write_text("# pcgeom import shims: `pcgeom compat disable` removes this file\n" + _pth_line())
+    return pth
+
+
+def uninstall_hook(site_dir=None) -> list[pathlib.Path]:
+    """Removes the start-up hook from ``site_dir``; returns the files removed."""
+    d = _site_dir(site_dir)
+    gone = []
+    for p in (d / PTH_NAME, d / f"{HOOK_NAME}.py"):
+        if p.exists():
+            p.unlink()
+            gone.append(p)
+    return gone
+
+
+def hook_status(site_dir=None) -> dict:
+    """``{"installed": bool, "current": bool, "pth": path, "site_dir": path}``.
+
+    ``current`` is False when the installed hook predates this pcgeom (other
+    names or code): run ``pcgeom compat enable`` again.
+    """
+    d = _site_dir(site_dir)
+    pth, hook = d / PTH_NAME, d / f"{HOOK_NAME}.py"
+    installed = pth.exists() and hook.exists()
+    current = installed and pth.read_text().endswith(_pth_line()) and hook.read_text() == _hook_source()
+    return {"installed": installed, "current": bool(current), "pth": str(pth), "site_dir": str(d),
+            "disabled_by_env": os.environ.get("PCGEOM_DISABLE_SHIMS", "").strip().lower() in ("1", "true", "yes", "on")}
+
+
+def _served_module_type() -> type:  # for isinstance checks in tests
+    return types.ModuleType

@@ -1,0 +1,150 @@
+"""The import-shim opt-in: off by default, explicit, reversible, never shadowing a real extension.
+
+Each scenario runs in a fresh interpreter (sys.meta_path and sys.modules are
+process state), with its own sys.path.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pcgeom import cli
+from pcgeom.compat import shims
+
+
+def _run(code, *, env_extra=None, cwd=None):
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env.pop("PCGEOM_DISABLE_SHIMS", None)
+    env.update(env_extra or {})
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_registry_names_every_upstream_module():
+    assert set(shims.SHIMS) == {"knn_cuda", "pointnet2_ops", "pointnet2_ops.pointnet2_utils",
+                                "pointnet2_ops.pointnet2_modules", "chamfer"}
+    for target in shims.SHIMS.values():
+        assert target.startswith("pcgeom.compat.")
+
+
+def test_off_by_default_then_enable_disable_in_process():
+    out = _run("""
+        import sys, importlib
+        import pcgeom, pcgeom.compat
+        assert not any(getattr(f, "_pcgeom_shim_finder", False) for f in sys.meta_path), "patched without opt-in"
+        for name in ("pointnet2_ops", "knn_cuda", "chamfer"):
+            try:
+                importlib.import_module(name)
+            except ModuleNotFoundError:
+                pass
+            else:
+                raise AssertionError(name + " importable without the opt-in")
+        pcgeom.compat.enable_shims()
+        import pointnet2_ops
+        from pointnet2_ops import pointnet2_utils, pointnet2_modules
+        from knn_cuda import KNN
+        import chamfer
+        assert pointnet2_ops.pointnet2_utils is pointnet2_utils and pointnet2_ops.__path__ == []
+        assert pointnet2_utils.__pcgeom_shim__ == "pcgeom.compat.pointnet2_ops"
+        assert pointnet2_modules.PointnetSAModule.__module__ == "pcgeom.compat.pointnet2_modules"
+        assert chamfer.forward is pcgeom.compat.chamfer_ext.forward
+        st = pcgeom.compat.shim_status()
+        assert all(v["served_by"] == "shim" and v["real"] is None for v in st.values()), st
+        pcgeom.compat.disable_shims()
+        assert "pointnet2_ops" not in sys.modules
+        try:
+            import pointnet2_ops.pointnet2_utils
+        except ModuleNotFoundError:
+            print("disabled again")
+    """)
+    assert "disabled again" in out
+
+
+def test_a_real_extension_always_wins(tmp_path):
+    # Fake "real" extensions on sys.path: they must be imported, not the shims.
+    pkg = tmp_path / "pointnet2_ops"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("REAL = True\n")
+    (pkg / "pointnet2_utils.py").write_text("REAL = True\n")
+    (tmp_path / "knn_cuda.py").write_text("REAL = True\n")
+    out = _run(f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        import pcgeom.compat
+        pcgeom.compat.enable_shims()
+        import pointnet2_ops, knn_cuda
+        from pointnet2_ops import pointnet2_utils
+        assert pointnet2_ops.REAL and knn_cuda.REAL and pointnet2_utils.REAL
+        assert not hasattr(pointnet2_utils, "__pcgeom_shim__")
+        # the real package has no pointnet2_modules: the shim must not graft one onto it
+        try:
+            import pointnet2_ops.pointnet2_modules
+        except ModuleNotFoundError:
+            pass
+        else:
+            raise AssertionError("shim grafted onto a real package")
+        st = pcgeom.compat.shim_status()
+        assert st["knn_cuda"]["served_by"] == "real" and st["knn_cuda"]["real"].endswith("knn_cuda.py")
+        assert st["chamfer"]["served_by"] == "shim"
+        import chamfer
+        assert chamfer.__pcgeom_shim__
+        print("real wins")
+    """)
+    assert "real wins" in out
+
+
+def test_environment_hook_via_pth(tmp_path):
+    site_dir = tmp_path / "site-packages"
+    pth = shims.install_hook(site_dir)
+    assert pth.exists() and (site_dir / "_pcgeom_shim_hook.py").exists()
+    assert shims.hook_status(site_dir)["installed"] and shims.hook_status(site_dir)["current"]
+    # The hook runs at start-up (site.addsitedir processes the .pth as site.main does), installs only a
+    # finder -- no torch, no pcgeom -- and the unmodified import then works.
+    code = f"""
+        import site, sys
+        site.addsitedir({str(site_dir)!r})
+        assert "torch" not in sys.modules and "pcgeom" not in sys.modules, "the hook imported heavy modules"
+        finders = [f for f in sys.meta_path if getattr(f, "_pcgeom_shim_finder", False)]
+        assert len(finders) == 1 and finders[0].origin == "environment"
+        try:
+            from pointnet2_ops import pointnet2_utils
+        except ModuleNotFoundError:
+            print("not served")
+        else:
+            print("served", pointnet2_utils.__pcgeom_shim__)
+    """
+    assert "served pcgeom.compat.pointnet2_ops" in _run(code)
+    assert "not served" in _run(code.replace("len(finders) == 1 and finders[0].origin == \"environment\"", "not finders"),
+                                env_extra={"PCGEOM_DISABLE_SHIMS": "1"})
+    gone = shims.uninstall_hook(site_dir)
+    assert len(gone) == 2 and not pth.exists()
+    assert not shims.hook_status(site_dir)["installed"]
+
+
+def test_cli_compat_and_doctor(tmp_path, capsys):
+    site_dir = str(tmp_path / "sp")
+    assert cli.main(["compat", "enable", "--site-dir", site_dir]) == 0
+    assert "enabled" in capsys.readouterr().out
+    assert cli.main(["compat", "status", "--site-dir", site_dir]) == 0
+    out = capsys.readouterr().out
+    assert "enabled in" in out and "pointnet2_ops.pointnet2_modules" in out
+    assert cli.main(["compat", "disable", "--site-dir", site_dir]) == 0
+    assert "removed" in capsys.readouterr().out
+    assert not os.path.exists(os.path.join(site_dir, shims.PTH_NAME))
+    assert cli.main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "import shims" in out and "knn_cuda" in out and "chamfer" in out
+
+
+def test_stale_hook_is_reported(tmp_path):
+    site_dir = tmp_path / "sp"
+    shims.install_hook(site_dir)
+    (site_dir / shims.PTH_NAME).write_text("import _pcgeom_shim_hook; _pcgeom_shim_hook.install(('knn_cuda',))\n")
+    st = shims.hook_status(site_dir)
+    assert st["installed"] and not st["current"]

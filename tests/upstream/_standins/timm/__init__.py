@@ -1,0 +1,1 @@
+# Stand-in for timm (see ../README.md).

@@ -1,0 +1,1 @@
+# Stand-in (not upstream): data augmentation, unused by the model code under test.

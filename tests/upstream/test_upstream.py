@@ -1,0 +1,34 @@
+"""Unmodified upstream code runs through pcgeom's import shims and matches the original kernels.
+
+Each case runs ``drive.py`` in a fresh interpreter whose working directory is
+the vendored repository (see README.md for what is vendored and why), so the
+upstream files import ``knn_cuda`` / ``pointnet2_ops`` / ``chamfer`` exactly as
+they do in their repositories.  The comparisons themselves live in drive.py.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+CASES = {
+    "point_mae": "point_mae",
+    "pointnet2": "pointnet2_pytorch",  # the SSG classification and segmentation models
+    "pointr_chamfer": "pointr",
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_upstream_through_shims(case):
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env.setdefault("MPLBACKEND", "Agg")  # Point-MAE's utils/misc.py imports pyplot
+    proc = subprocess.run(
+        [sys.executable, os.path.join(HERE, "drive.py"), case],
+        cwd=os.path.join(HERE, CASES[case]), env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, f"{case} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    assert f"OK {case}" in proc.stdout
