@@ -402,3 +402,109 @@ def test_checksum_is_order_and_bit_sensitive():
     y[50, 3] = torch.nextafter(y[50, 3], torch.tensor(2.0))
     assert PD._checksum(x) != PD._checksum(y)
     assert PD._checksum(x.double()) != PD._checksum(x.double() * -1)
+
+
+# ------------------------------------------------------------------------- pcgeom group under torchrun
+def _children(pid: int) -> list[int]:
+    kids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                kids.append(int(entry.name))
+    return kids
+
+
+def _rank_pid(launcher: int, rank: int) -> int | None:
+    for pid in _children(launcher):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in env:
+            return pid
+    return None
+
+
+def _outputs(out: Path) -> dict[str, object]:
+    res = {}
+    for p in sorted(out.rglob("*")):
+        if p.is_file():
+            rel = p.relative_to(out).as_posix()
+            res[rel] = torch.load(p, weights_only=True) if p.suffix == ".pt" else p.read_bytes()
+    return res
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the rank's process through /proc")
+def test_group_under_torchrun_killed_rank_then_rerun(tmp_path):
+    from pcgeom.cli import main
+    import pcgeom.data
+    from pcgeom.io import write_ply
+
+    src = tmp_path / "in"
+    src.mkdir()
+    bunny = pcgeom.data.load("bunny")
+    names = [f"f{i:02d}" for i in range(20)]
+    for i, name in enumerate(names):
+        write_ply(src / f"{name}.ply", bunny[torch.randperm(len(bunny), generator=torch.Generator().manual_seed(i))])
+    # Sorted position 3: processed by rank 1 of 2; rank 0 must still report it.
+    (src / "f03_bad.ply").write_bytes(b"not a ply file")
+    opts = ["--centers", "32", "--k", "64"]
+
+    # The uninterrupted reference: one process.
+    ref_out = tmp_path / "ref"
+    assert main(["group", str(src), "--out", str(ref_out), *opts]) == 1
+    ref = _outputs(ref_out)
+    assert len(ref) == 2 * len(names)
+
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "pcgeom", "group", str(src), "--out", str(out), *opts]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    # Rank 1 processes sorted positions 1, 3, 5, ...: f01, f03_bad, f04, f06, ...
+    rank1_first = out / "f01_patches.pt"
+    run = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while not rank1_first.exists():
+            assert run.poll() is None, run.communicate()
+            assert time.monotonic() < deadline, "rank 1 wrote nothing in 120 s"
+            time.sleep(0.005)
+        pid = _rank_pid(run.pid, 1)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)  # mid-run: rank 1 has 9 more files to go
+        run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode != 0
+    partial = _outputs(out)
+    assert set(partial) < set(ref)  # unfinished, and nothing half-written under an output name
+    for name, value in partial.items():  # every output present is complete and final
+        if name.endswith(".pt"):
+            assert all(torch.equal(value[key], ref[name][key]) for key in ref[name])
+        else:
+            assert value == ref[name], name
+    # What a kill during a write leaves: a private folder (here made by hand, in case the kill
+    # landed between files), which the rerun must clean up.
+    stale = out / ".f05_patches.pcgeom-partial"
+    stale.mkdir(exist_ok=True)
+    (stale / "f05_patches.ply").write_bytes(b"ply\nformat binary_little_endian 1.0\n")
+
+    rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tmp_path, timeout=180)
+    assert rerun.returncode != 0  # the bad file, reported by rank 0 although rank 1 processed it
+    assert "f03_bad.ply: not a PLY file" in rerun.stderr
+    assert "already done, on 2 ranks" in rerun.stdout and "pcgeom group: 1 failed:" in rerun.stderr
+    assert rerun.stdout.count("pcgeom group:") == 1  # one combined report
+    again = _outputs(out)
+    assert set(again) == set(ref)
+    for name, value in ref.items():
+        if name.endswith(".pt"):
+            assert all(torch.equal(value[key], again[name][key]) for key in value)
+        else:
+            assert again[name] == value, name
+    assert not [p for p in out.rglob("*") if p.name.startswith(".")]  # no temporary file or folder left
