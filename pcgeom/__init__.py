@@ -11,7 +11,7 @@ from pcgeom.ops import KNNResult, ball_query, farthest_point_sample, knn, knn_ga
 from pcgeom.grouping import GroupLevel, group_hierarchical, group_patches
 from pcgeom.chamfer import chamfer_distance
 # Submodules users reach as attributes (pcgeom.nn.KNNClassifier, pcgeom.metrics.add, ...).
-from pcgeom import compat, data, io, losses, metrics, nn  # noqa: E402
+from pcgeom import compat, data, distributed, io, losses, metrics, nn  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -180,6 +180,28 @@ class KNNClassifier(nn.Module):
         weights: ``"uniform"``, ``"distance"`` or ``"softmax"`` (see above).
         temperature: softmax temperature > 0, in units of squared distance.
         metric: ``"l2"`` or ``"cosine"``.
+        process_group: a ``torch.distributed`` process group (e.g.
+            ``torch.distributed.group.WORLD``) to shard the gallery across; see
+            below.  ``None`` (the default): an ordinary single-process classifier.
+
+    **Sharded gallery** (``process_group=...``).  Each rank passes its own shard
+    (``features``/``labels`` are this rank's rows; ``N_r = 0`` is fine) and the
+    gallery is the rank-ordered concatenation of the shards, rank ``r``'s row
+    ``i`` having global index ``N_0 + ... + N_{r-1} + i``.  The search is
+    :func:`pcgeom.distributed.knn`, so ``kneighbors``, ``forward``,
+    ``predict_proba``, ``predict``, ``confidence`` and ``vote`` return on every
+    rank exactly what a single-process classifier over the concatenated gallery
+    returns (indices are global).  They are **collective** (every rank calls
+    them, with the same queries), carry no autograd graph, and a bad argument on
+    one rank raises on every rank.  The construction is collective too: the
+    ranks must agree on D, dtype, metric and ``num_classes`` (default: the
+    largest label on any rank + 1).  The gallery must be a plain tensor (no
+    Parameter, no grad).  :meth:`from_full_gallery` splits one full gallery
+    across the group; :meth:`add` appends to the rank holding the fewest rows;
+    :meth:`save_sharded` / :meth:`load_sharded` store one file per shard plus a
+    manifest and reload it on any number of ranks.  ``len()`` is the whole
+    gallery's size; :attr:`shard_sizes` and :attr:`shard_offset` say where the
+    rows are.
 
     ``k``, ``weights`` and ``temperature`` can be changed later by assigning the
     attributes (they are validated again); ``metric`` and ``num_classes`` are
@@ -435,6 +457,14 @@ class KNNClassifier(nn.Module):
 
         New items get the next gallery indices (so on distance ties, older items
         win).  Not available for an ``nn.Parameter`` gallery.
+
+        Sharded gallery: **collective**, every rank passes the same items (checked),
+        and the rank holding the fewest rows (ties: the lowest rank) appends them
+        all.  Global indices follow rank order, so the new items are numbered
+        after that rank's old rows and, unless it is the last rank, the rows of
+        the later ranks move up by ``n``; on distance ties the new items then win
+        against those later rows.  The answers stay those of a single-process
+        classifier over the concatenated shards.
         """
         fn = "KNNClassifier.add"
         if self._group is not None:
