@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 import time
 
@@ -42,7 +43,7 @@ def gallery_rows(start: int, stop: int, dim: int, classes: int) -> tuple[torch.T
         g = torch.Generator().manual_seed(1000 + b)
         lab = torch.randint(0, classes, (BLOCK,), generator=g)
         centres = torch.randn(classes, dim, generator=torch.Generator().manual_seed(7))
-        f = centres[lab] + 0.8 * torch.randn(BLOCK, dim, generator=g)
+        f = centres[lab] + 2.5 * torch.randn(BLOCK, dim, generator=g)
         lo, hi = max(start, b * BLOCK) - b * BLOCK, min(stop, (b + 1) * BLOCK) - b * BLOCK
         feats.append(f[lo:hi])
         labels.append(lab[lo:hi])
@@ -108,7 +109,10 @@ def main() -> None:
         print(f"  pcgeom.distributed.knn     {t_knn * 1e3:8.1f} ms  (= pcgeom.knn over the whole gallery, bit for bit)")
         print(f"  KNNClassifier.predict      {t_pred * 1e3:8.1f} ms  accuracy {100 * accuracy:.1f}% "
               "(= the single-process classifier)")
-        print(f"  save_sharded/load_sharded  {path}: {sorted(os.listdir(path))}")
+        print(f"  save_sharded/load_sharded  {path.name}/: {', '.join(sorted(os.listdir(path)))}")
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(folder[0])
     dist.destroy_process_group()
 
 
