@@ -15,7 +15,7 @@ from pcgeom.grouping import GroupLevel, group_hierarchical, group_patches
 from pcgeom.chamfer import chamfer_distance
 from pcgeom.features import fill_missing, group_features, interpolate_features
 # Submodules users reach as attributes (pcgeom.nn.KNNClassifier, pcgeom.metrics.add, ...).
-from pcgeom import compat, data, io, losses, metrics, nn  # noqa: E402
+from pcgeom import compat, data, distributed, io, losses, metrics, nn  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -174,3 +174,59 @@ def test_demo_scan_choices_are_the_bundled_scans():
     demo = build_parser()._subparsers._group_actions[0].choices["demo"]
     scan = next(a for a in demo._actions if a.dest == "scan")
     assert sorted(scan.choices) == pcgeom.data.names()
+
+
+def test_group_resume_skips_finished_files_and_redoes_the_rest(tmp_path, capsys):
+    src = tmp_path / "in"
+    src.mkdir()
+    for name in ("a", "b", "c"):
+        shutil.copy(pcgeom.data.path("kitten"), src / f"{name}.ply")
+    out = tmp_path / "out"
+    args = ["group", str(src), "--centers", "8", "--k", "16", "--out", str(out)]
+    assert main(args) == 0
+    first = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    # An interrupted run: b's .pt (written last) missing, c's outputs gone, a stale private folder.
+    (out / "b_patches.pt").unlink()
+    (out / "b_patches.ply").write_bytes(b"left by a killed run")
+    (out / "c_patches.ply").unlink()
+    (out / "c_patches.pt").unlink()
+    (out / ".b_patches.pcgeom-partial").mkdir()
+    (out / ".b_patches.pcgeom-partial" / "b_patches.ply").write_bytes(b"ply\n")
+    assert main(args) == 1  # without --resume: unchanged, existing outputs are never replaced
+    captured = capsys.readouterr()
+    assert "1 of 3 files grouped" in captured.out  # c
+    assert "b_patches.ply (pass --overwrite to replace)" in captured.err and "a_patches" in captured.err
+    (out / "c_patches.pt").unlink()
+    assert main([*args, "--resume"]) == 0
+    text = capsys.readouterr().out
+    assert "2 of 3 files grouped" in text and "1 already done" in text
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == first  # nothing temporary left either
+    assert main([*args, "--resume"]) == 0
+    assert "0 of 3 files grouped" in capsys.readouterr().out
+    # Finished outputs with other settings are not silently kept.
+    assert main([*args[:3], "4", *args[4:], "--resume"]) == 1
+    assert "from a run with other settings (8 patches x 16 neighbours)" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == first
+
+
+def test_group_failure_leaves_no_partial_output(tmp_path, capsys):
+    bad = tmp_path / "nan.ply"
+    pts = pcgeom.data.load("kitten", n_points=500).clone()
+    pts[7, 1] = float("nan")
+    write_ply(bad, pts)
+    out = tmp_path / "out"
+    assert main(["group", str(bad), "--centers", "4", "--k", "8", "--out", str(out)]) == 1
+    assert "1 points have NaN or infinite coordinates" in capsys.readouterr().err
+    assert not out.exists() or not list(out.rglob("*"))
+
+
+def test_group_rank_share_is_a_deterministic_partition():
+    from pcgeom.cli import _rank_share
+
+    for n in (0, 1, 5, 12):
+        for world in (1, 2, 3, 8):
+            shares = [_rank_share(n, r, world) for r in range(world)]
+            assert sorted(i for s in shares for i in s) == list(range(n))
+            assert max(map(len, shares)) - min(map(len, shares)) <= 1
+            assert shares == [_rank_share(n, r, world) for r in range(world)]

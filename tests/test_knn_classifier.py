@@ -4,6 +4,7 @@ scikit-learn's KNeighborsClassifier; gradients, state_dict, dtypes, errors, comp
 from __future__ import annotations
 
 import io
+import json
 
 import numpy as np
 import pytest
@@ -430,3 +431,40 @@ def test_torch_compile_fullgraph(device, weights):
     q2 = query.clone().requires_grad_(True)
     (ref,) = torch.autograd.grad(clf(q2)[:, 0].sum(), q2)
     torch.testing.assert_close(g, ref)
+
+
+def test_sharded_save_load_in_one_process(tmp_path):
+    g = torch.Generator().manual_seed(5)
+    feats = torch.randn(50, 6, generator=g)
+    labels = torch.randint(0, 3, (50,), generator=g)
+    q = torch.randn(7, 6, generator=g)
+    clf = KNNClassifier(feats, labels, 4, weights="softmax", temperature=0.5, metric="cosine")
+    assert KNNClassifier.from_full_gallery(feats, labels, 4, metric="cosine").features.equal(clf.features)
+    assert clf.shard_sizes == (50,) and clf.shard_offset == 0 and clf.process_group is None
+    path = clf.save_sharded(tmp_path / "g")
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["rows"] == 50 and manifest["metric"] == "cosine" and manifest["temperature"] == 0.5
+    back = KNNClassifier.load_sharded(path)
+    # Stored normalised, loaded as stored: no second normalisation.
+    assert torch.equal(back.features, clf.features) and torch.equal(back.labels, clf.labels)
+    assert (back.k, back.weights, back.metric, back.num_classes) == (4, "softmax", "cosine", 3)
+    assert torch.equal(back(q), clf(q))
+    with pytest.raises(FileExistsError, match="already holds a saved gallery"):
+        clf.save_sharded(path)
+    # Overwriting removes shard files the new manifest does not list.
+    (path / "shard-00003-of-00004.pt").write_bytes(b"old")
+    clf.add(q[:2], torch.tensor([0, 1]))
+    clf.save_sharded(path, overwrite=True)
+    assert sorted(p.name for p in path.iterdir()) == ["manifest.json", "shard-00000-of-00001.pt"]
+    assert len(KNNClassifier.load_sharded(path)) == 52
+    # A damaged folder is reported, not half-loaded.
+    torch.save({"features": torch.zeros(3, 6), "labels": torch.zeros(3, dtype=torch.int64)},
+               path / "shard-00000-of-00001.pt")
+    with pytest.raises(ValueError, match="does not hold the 52 x 6 float32 rows"):
+        KNNClassifier.load_sharded(path)
+    (path / "manifest.json").write_text('{"format": "something else"}')
+    with pytest.raises(ValueError, match="not a KNNClassifier manifest"):
+        KNNClassifier.load_sharded(path)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FileExistsError, match="is not a folder"):
+        clf.save_sharded(tmp_path / "file")

@@ -9,18 +9,27 @@ plain torch on ``(B, k)`` tensors, so the module runs on any device, under
 
 from __future__ import annotations
 
+import json
 import numbers
+import os
+import re
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from pcgeom import _validation as V
+from pcgeom import distributed as _dist
 from pcgeom.ops.knn import KNNResult, knn
 
 _WEIGHTS = ("uniform", "distance", "softmax")
 _METRICS = ("l2", "cosine")
 _LABEL_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 _STATE_VERSION = 1
+_MANIFEST = "manifest.json"
+_SHARDED_FORMAT = "pcgeom.nn.KNNClassifier/sharded"
+_SHARDED_VERSION = 1
+_SHARD_FILE = re.compile(r"shard-\d{5}-of-\d{5}\.pt")
 
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -171,6 +180,28 @@ class KNNClassifier(nn.Module):
         weights: ``"uniform"``, ``"distance"`` or ``"softmax"`` (see above).
         temperature: softmax temperature > 0, in units of squared distance.
         metric: ``"l2"`` or ``"cosine"``.
+        process_group: a ``torch.distributed`` process group (e.g.
+            ``torch.distributed.group.WORLD``) to shard the gallery across; see
+            below.  ``None`` (the default): an ordinary single-process classifier.
+
+    **Sharded gallery** (``process_group=...``).  Each rank passes its own shard
+    (``features``/``labels`` are this rank's rows; ``N_r = 0`` is fine) and the
+    gallery is the rank-ordered concatenation of the shards, rank ``r``'s row
+    ``i`` having global index ``N_0 + ... + N_{r-1} + i``.  The search is
+    :func:`pcgeom.distributed.knn`, so ``kneighbors``, ``forward``,
+    ``predict_proba``, ``predict``, ``confidence`` and ``vote`` return on every
+    rank exactly what a single-process classifier over the concatenated gallery
+    returns (indices are global).  They are **collective** (every rank calls
+    them, with the same queries), carry no autograd graph, and a bad argument on
+    one rank raises on every rank.  The construction is collective too: the
+    ranks must agree on D, dtype, metric and ``num_classes`` (default: the
+    largest label on any rank + 1).  The gallery must be a plain tensor (no
+    Parameter, no grad).  :meth:`from_full_gallery` splits one full gallery
+    across the group; :meth:`add` appends to the rank holding the fewest rows;
+    :meth:`save_sharded` / :meth:`load_sharded` store one file per shard plus a
+    manifest and reload it on any number of ranks.  ``len()`` is the whole
+    gallery's size; :attr:`shard_sizes` and :attr:`shard_offset` say where the
+    rows are.
 
     ``k``, ``weights`` and ``temperature`` can be changed later by assigning the
     attributes (they are validated again); ``metric`` and ``num_classes`` are
@@ -209,8 +240,14 @@ class KNNClassifier(nn.Module):
         weights: str = "uniform",
         temperature: float = 1.0,
         metric: str = "l2",
+        process_group=None,
     ) -> None:
         super().__init__()
+        self._group = None  # pcgeom.distributed._Group of a sharded gallery
+        self._shard_sizes: list[int] | None = None  # every rank's shard size (sharded only)
+        if process_group is not None:
+            self._init_sharded(features, labels, k, num_classes, weights, temperature, metric, process_group)
+            return
         fn = "KNNClassifier"
         self._metric = _check_choice(fn, "metric", metric, _METRICS)
         self.k = k
@@ -232,6 +269,93 @@ class KNNClassifier(nn.Module):
         else:
             self.register_buffer("features", self._normalized(features))
         self.register_buffer("labels", labels)
+
+    def _init_sharded(self, features, labels, k, num_classes, weights, temperature, metric, process_group) -> None:
+        fn = "KNNClassifier"
+        g = _dist._resolve(fn, process_group)
+
+        def local():
+            self._metric = _check_choice(fn, "metric", metric, _METRICS)
+            self.k = k
+            self.weights = weights
+            self.temperature = temperature
+            _check_features(fn, "features", features)
+            if isinstance(features, nn.Parameter) or features.requires_grad:
+                raise TypeError(
+                    f"{fn}: a sharded gallery (process_group=...) must be a plain tensor: it is searched without "
+                    "autograd, so a Parameter or a tensor that requires grad would train nothing; pass "
+                    "features.detach()"
+                )
+            n = features.shape[0]
+            lab = _as_labels(fn, "labels", labels, n, features.device)
+            nc = -1
+            if num_classes is not None:
+                nc = V.check_int(fn, "num_classes", num_classes, minimum=1)
+                _check_label_range(fn, "labels", lab, nc)
+            elif n and int(lab.min()) < 0:
+                bad = int(lab.argmin())
+                raise ValueError(f"{fn}: labels must be class indices >= 0, got labels[{bad}]={int(lab[bad])}")
+            facts = [features.shape[1], _dist._dtype_code(features.dtype), _METRICS.index(self._metric), nc,
+                     int(lab.max()) if n else -1, n, _dist._device_code(features.device)]
+            return lab, facts
+
+        lab, facts = _dist._agree(fn, g, "KNNClassifier", local)
+        D, dts, mets, ncs, tops, sizes, devs = (facts[:, j].tolist() for j in range(7))
+        _dist._same(fn, "number of features D (features.shape[1])", D)
+        _dist._same(fn, "features dtype", [str(_dist._DTYPES[c]) for c in dts], TypeError)
+        _dist._same(fn, "metric", [_METRICS[c] for c in mets])
+        _dist._same(fn, "num_classes", [None if c < 0 else c for c in ncs])
+        _dist._same(fn, "device type", [_dist._device_name(c) for c in devs])
+        nc = ncs[0]
+        if nc < 0:
+            if sum(sizes) == 0:
+                raise ValueError(f"{fn}: num_classes must be given when the gallery is empty on every rank")
+            nc = max(tops) + 1
+        self._num_classes = int(nc)
+        self._group = g
+        self._shard_sizes = [int(n) for n in sizes]
+        self.register_buffer("features", self._normalized(features))
+        self.register_buffer("labels", lab)
+
+    @classmethod
+    def from_full_gallery(cls, features, labels, k: int = 5, *, process_group=None, **options) -> "KNNClassifier":
+        """A sharded classifier from the whole gallery, which every rank passes.
+
+        **Collective.**  Rank ``r`` keeps rows
+        ``pcgeom.distributed.shard_bounds(N, group=process_group)`` of it (as
+        even a split as possible, in order, so the global indices are the rows
+        of the full gallery), copied, so the full tensors can be freed
+        afterwards.  For galleries too large for one process, build each rank's
+        shard yourself and call ``KNNClassifier(shard, shard_labels, k,
+        process_group=group)``, or :meth:`load_sharded` a saved one.
+
+        Args:
+            features: ``(N, D)`` the whole gallery, identical on every rank.
+            labels: ``(N,)`` its class indices.
+            k: number of neighbours.
+            process_group: the group to shard across (``None``: no sharding, a
+                single-process classifier over the whole gallery).
+            **options: ``num_classes``, ``weights``, ``temperature``, ``metric``.
+
+        Example (every rank)::
+
+            clf = KNNClassifier.from_full_gallery(feats, labels, k=5, process_group=dist.group.WORLD)
+            pred = clf.predict(queries)   # queries identical on every rank
+        """
+        if process_group is None:
+            return cls(features, labels, k, **options)
+        g = _dist._resolve("KNNClassifier.from_full_gallery", process_group)
+        if isinstance(features, torch.Tensor) and features.dim() == 2:
+            try:
+                lab = labels if isinstance(labels, torch.Tensor) else torch.as_tensor(labels)
+            except Exception:
+                lab = None
+            # Slice only consistent inputs; anything else goes to the constructor whole, so every rank
+            # reports the same error.
+            if lab is not None and lab.dim() == 1 and lab.shape[0] == features.shape[0]:
+                lo, hi = _dist._bounds(features.shape[0], g.rank, g.world)
+                features, labels = features[lo:hi].clone(), lab[lo:hi].clone()
+        return cls(features, labels, k, process_group=process_group, **options)
 
     # ------------------------------------------------------------------ config
     @property
@@ -275,12 +399,39 @@ class KNNClassifier(nn.Module):
         return self._num_classes
 
     def __len__(self) -> int:
+        """Gallery size: the whole gallery's (all shards) when sharded."""
+        if self._group is not None:
+            return sum(self._shard_sizes)
         return int(self.features.shape[0])
+
+    @property
+    def process_group(self):
+        """The process group the gallery is sharded across, or ``None``."""
+        return None if self._group is None else self._group.handle
+
+    @property
+    def shard_sizes(self) -> tuple[int, ...]:
+        """Rows held by each rank, in rank order (``(len(self),)`` when not sharded)."""
+        if self._group is None:
+            return (len(self),)
+        return tuple(self._shard_sizes)
+
+    @property
+    def shard_offset(self) -> int:
+        """Global index of this rank's first gallery row (0 when not sharded)."""
+        if self._group is None:
+            return 0
+        return sum(self._shard_sizes[: self._group.rank])
 
     def extra_repr(self) -> str:
         n, d = self.features.shape
+        where = f"gallery=({n}, {d})"
+        if self._group is not None:
+            g = self._group
+            where = (f"gallery=({len(self)}, {d}) in {g.world} shards (rank {g.rank}: rows "
+                     f"{self.shard_offset}..{self.shard_offset + n})")
         return (
-            f"gallery=({n}, {d}), num_classes={self._num_classes}, k={self._k}, weights={self._weights!r}, "
+            f"{where}, num_classes={self._num_classes}, k={self._k}, weights={self._weights!r}, "
             f"temperature={self._temperature}, metric={self._metric!r}, dtype={self.features.dtype}"
         )
 
@@ -288,11 +439,8 @@ class KNNClassifier(nn.Module):
     def _normalized(self, x: torch.Tensor) -> torch.Tensor:
         if self._metric != "cosine":
             return x
-        acc = _acc_dtype(x.dtype)
-        xa = x.to(acc)
-        # Divide by max(|x|, tiny) so zero rows stay zero (no NaN, no gradient blow-up).
-        norm = torch.linalg.vector_norm(xa, dim=-1, keepdim=True).clamp_min(torch.finfo(acc).tiny)
-        return (xa / norm).to(x.dtype)
+        # One implementation for the single-process and the sharded search.
+        return _dist._normalize_rows(x)
 
     def _gallery(self) -> torch.Tensor:
         if isinstance(self.features, nn.Parameter):
@@ -309,8 +457,19 @@ class KNNClassifier(nn.Module):
 
         New items get the next gallery indices (so on distance ties, older items
         win).  Not available for an ``nn.Parameter`` gallery.
+
+        Sharded gallery: **collective**, every rank passes the same items (checked),
+        and the rank holding the fewest rows (ties: the lowest rank) appends them
+        all.  Global indices follow rank order, so the new items are numbered
+        after that rank's old rows and, unless it is the last rank, the rows of
+        the later ranks move up by ``n``; on distance ties the new items then win
+        against those later rows.  The answers stay those of a single-process
+        classifier over the concatenated shards.
         """
         fn = "KNNClassifier.add"
+        if self._group is not None:
+            self._add_sharded(fn, features, labels)
+            return
         if isinstance(self.features, nn.Parameter):
             raise TypeError(
                 f"{fn}: the gallery is an nn.Parameter (learned prototypes); growing it would replace the "
@@ -330,6 +489,39 @@ class KNNClassifier(nn.Module):
         _check_label_range(fn, "labels", labels, self._num_classes)
         self.features = torch.cat([g, self._normalized(features)], 0)
         self.labels = torch.cat([self.labels, labels], 0)
+
+    def _add_sharded(self, fn: str, features, labels) -> None:
+        grp = self._group
+
+        def local():
+            _check_features(fn, "features", features)
+            g = self.features
+            if features.shape[1] != g.shape[1]:
+                raise ValueError(
+                    f"{fn}: features must have shape (n, {g.shape[1]}) to match the gallery, got {V._shape(features)}"
+                )
+            if features.dtype != g.dtype:
+                raise TypeError(f"{fn}: features must have the gallery's dtype {g.dtype}, got {features.dtype}")
+            if features.device != g.device:
+                raise ValueError(f"{fn}: features must be on the gallery's device {g.device}, got {features.device}")
+            lab = _as_labels(fn, "labels", labels, features.shape[0], g.device)
+            _check_label_range(fn, "labels", lab, self._num_classes)
+            facts = [features.shape[0], _dist._checksum(features), _dist._checksum(lab), g.shape[0]]
+            return lab, facts
+
+        lab, facts = _dist._agree(fn, grp, "KNNClassifier.add", local)
+        ns, fsums, lsums, sizes = (facts[:, j].tolist() for j in range(4))
+        _dist._same(fn, "number of new items", ns)
+        if len(set(fsums)) > 1 or len(set(lsums)) > 1:
+            raise ValueError(f"{fn}: every rank must pass the same new items (features and labels), but their "
+                             "values differ between ranks; all_gather them first if each rank has its own")
+        # The rank holding the fewest rows takes them all (ties: the lowest rank).
+        target = min(range(grp.world), key=lambda r: (sizes[r], r))
+        if grp.rank == target:
+            self.features = torch.cat([self.features, self._normalized(features)], 0)
+            self.labels = torch.cat([self.labels, lab], 0)
+        sizes[target] += ns[0]
+        self._shard_sizes = [int(n) for n in sizes]
 
     # ------------------------------------------------------------------ search
     def _check_query(self, fn: str, query) -> torch.Tensor:
@@ -374,6 +566,8 @@ class KNNClassifier(nn.Module):
         return d.gather(1, order), i.gather(1, order)
 
     def _search(self, fn: str, query, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._group is not None:
+            return self._search_sharded(fn, query, k)
         q = self._check_query(fn, query)
         g = self._gallery()
         n = g.shape[0]
@@ -400,6 +594,58 @@ class KNNClassifier(nn.Module):
         # gradient: that of the recomputed distances.
         return d_sel + (d_re - d_re.detach()), idx
 
+    def _search_sharded(self, fn: str, query, k) -> tuple[torch.Tensor, torch.Tensor]:
+        """The single-process answer from a sharded gallery (collective, no autograd graph).
+
+        ``k`` (None: ``self.k``) is validated with the other arguments inside the
+        agreement step, so a bad value on one rank raises on every rank.
+        """
+        grp = self._group
+
+        def prepare():
+            kk = self._k if k is None else V.check_int(fn, "k", k, minimum=1)
+            return self._check_query(fn, query), self.features, kk
+
+        d_sel, idx, sizes, q = _dist._sharded_search(
+            fn, grp, prepare, op="KNNClassifier search", chunk_bytes=self.search_chunk_bytes,
+            k_within_gallery=f" across {grp.world} ranks",
+        )
+        self._shard_sizes = sizes
+        if q.dtype in (torch.float16, torch.bfloat16):
+            d_sel = self._owned_distances(q, idx)
+        return d_sel, idx
+
+    def _owned(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Which global indices this rank holds, and their local rows (0 elsewhere)."""
+        off, n = self.shard_offset, self.features.shape[0]
+        own = (idx >= off) & (idx < off + n)
+        return own, torch.where(own, idx - off, torch.zeros_like(idx))
+
+    def _owned_distances(self, q: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """float32 distances to the selected rows, as the single-process path recomputes them.
+
+        The rank holding a row evaluates the same ``(B, k, D)`` expression as
+        :meth:`_search` (other slots hold zero rows and are masked to 0), and one
+        all_reduce sums them: adding exact zeros, so each value is the holder's, bit for bit.
+        """
+        B, k = idx.shape
+        g = self.features
+        own, loc = self._owned(idx)
+        nb = torch.zeros((B, k, g.shape[1]), dtype=g.dtype, device=g.device)
+        if g.shape[0]:
+            nb = torch.where(own[..., None], g.index_select(0, loc.reshape(-1)).reshape(B, k, -1), nb)
+        diff = q.to(torch.float32)[:, None, :] - nb.to(torch.float32)
+        d_re = (diff * diff).sum(-1)
+        return _dist._all_reduce_sum(self._group, torch.where(own, d_re, torch.zeros_like(d_re)))
+
+    def _labels_at(self, idx: torch.Tensor) -> torch.Tensor:
+        """Labels of global gallery indices (a collective all_reduce when sharded)."""
+        if self._group is None:
+            return self.labels[idx]
+        own, loc = self._owned(idx)
+        lab = self.labels[loc] if self.labels.numel() else torch.zeros_like(idx)
+        return _dist._all_reduce_sum(self._group, torch.where(own, lab, torch.zeros_like(lab)))
+
     def kneighbors(self, query, k: int | None = None) -> KNNResult:
         """The k nearest gallery items of each query.
 
@@ -414,6 +660,8 @@ class KNNClassifier(nn.Module):
             lower index.
         """
         fn = "KNNClassifier.kneighbors"
+        if self._group is not None:
+            return KNNResult(*self._search_sharded(fn, query, k))
         k = self._k if k is None else V.check_int(fn, "k", k, minimum=1)
         dist2, idx = self._search(fn, query, k)
         return KNNResult(dist2, idx)
@@ -444,7 +692,7 @@ class KNNClassifier(nn.Module):
         if idx.shape != dist2.shape:
             raise ValueError(f"{fn}: dist2 and idx must have the same shape (B, k), got {V._shape(dist2)} and {V._shape(idx)}")
         B, k = idx.shape
-        lab = self.labels[idx]
+        lab = self._labels_at(idx)
         acc = dist2.dtype if dist2.dtype in (torch.float32, torch.float64) else torch.float32
         d = dist2.to(acc)
         scores = torch.zeros((B, self._num_classes), dtype=acc, device=d.device)
@@ -476,7 +724,7 @@ class KNNClassifier(nn.Module):
         d = dist2.detach()
         if d.dtype not in (torch.float32, torch.float64):
             d = d.float()
-        same = self.labels[idx] == pred[:, None]
+        same = self._labels_at(idx) == pred[:, None]
         inf = torch.full_like(d, float("inf"))
         d_same = torch.where(same, d, inf).amin(1)
         # No other-class neighbour among the k: the nearest one is at least as
@@ -528,7 +776,12 @@ class KNNClassifier(nn.Module):
 
     # -------------------------------------------------------------- state_dict
     def get_extra_state(self):
-        return {"version": _STATE_VERSION, "num_classes": self._num_classes, "metric": self._metric}
+        state = {"version": _STATE_VERSION, "num_classes": self._num_classes, "metric": self._metric}
+        if self._group is not None:
+            # Informational: which part of the gallery this rank's state_dict holds.
+            state["shard"] = {"rank": self._group.rank, "world_size": self._group.world,
+                              "shard_sizes": list(self._shard_sizes)}
+        return state
 
     def set_extra_state(self, state) -> None:
         if not isinstance(state, dict) or "num_classes" not in state or "metric" not in state:
@@ -563,3 +816,171 @@ class KNNClassifier(nn.Module):
                 self._buffers["labels"] = torch.empty((n,), dtype=torch.int64, device=self.labels.device)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
                                       unexpected_keys, error_msgs)
+        if self._group is not None:
+            # Each rank loaded its own shard (any size): learn everyone's sizes (collective).
+            _, facts = _dist._agree("KNNClassifier.load_state_dict", self._group, "KNNClassifier.load_state_dict",
+                                    lambda: (None, [self.features.shape[0]]))
+            self._shard_sizes = [int(n) for n in facts[:, 0].tolist()]
+
+    # ---------------------------------------------------------- sharded files
+    def save_sharded(self, path, *, overwrite: bool = False) -> Path:
+        """Saves the gallery as a folder of per-rank shards plus a manifest.
+
+        **Collective** when the gallery is sharded (every rank writes its own
+        shard; ``path`` must be on a file system every rank sees); a plain
+        classifier writes one shard.  Layout::
+
+            path/manifest.json              format, version, rows, dim, dtype, metric,
+                                            num_classes, k, weights, temperature,
+                                            shards: [{"file": ..., "rows": n_r}, ...] in rank order
+            path/shard-00000-of-00004.pt    torch.save({"features": (n_0, D), "labels": (n_0,) int64})
+            path/shard-00001-of-00004.pt    ...
+
+        The gallery is the concatenation of the shards in manifest order (the
+        global index order).  Features are stored as held (already normalised for
+        ``metric="cosine"``), on the CPU.  Every file is written to a temporary
+        name and renamed; the manifest is removed first and written last, so a
+        folder without ``manifest.json`` is an incomplete save.  Shard files of an
+        earlier save that the new manifest does not list are deleted.
+
+        Load it on any number of ranks with :meth:`load_sharded`.
+
+        Args:
+            path: the folder (created if needed).
+            overwrite: replace a gallery saved there before (default: refuse).
+
+        Returns:
+            ``path`` as a ``pathlib.Path``.
+        """
+        fn = "KNNClassifier.save_sharded"
+        op = "KNNClassifier.save_sharded"
+        grp = self._group or _dist._single()
+        path = Path(path)
+
+        def check():
+            if not isinstance(overwrite, bool):
+                raise TypeError(f"{fn}: overwrite must be a bool, got {overwrite!r}")
+            if path.exists() and not path.is_dir():
+                raise FileExistsError(f"{fn}: {path} exists and is not a folder")
+            if (path / _MANIFEST).exists() and not overwrite:
+                raise FileExistsError(f"{fn}: {path} already holds a saved gallery ({_MANIFEST}); "
+                                      "pass overwrite=True to replace it")
+            return None, []
+
+        def start():
+            if grp.rank == 0:
+                path.mkdir(parents=True, exist_ok=True)
+                (path / _MANIFEST).unlink(missing_ok=True)
+            return None, []
+
+        name = f"shard-{grp.rank:05d}-of-{grp.world:05d}.pt"
+
+        def write():
+            tmp = path / f".{name}.tmp-{os.getpid()}"
+            try:
+                torch.save({"features": self.features.detach().cpu(), "labels": self.labels.cpu()}, tmp)
+                os.replace(tmp, path / name)
+            finally:
+                tmp.unlink(missing_ok=True)
+            return None, [self.features.shape[0]]
+
+        _dist._agree(fn, grp, op, check)
+        _dist._agree(fn, grp, op, start)  # also a barrier: the folder exists, the old manifest is gone
+        _, facts = _dist._agree(fn, grp, op, write)
+        rows = [int(n) for n in facts[:, 0].tolist()]
+
+        def finish():
+            if grp.rank == 0:
+                manifest = {
+                    "format": _SHARDED_FORMAT, "version": _SHARDED_VERSION, "rows": sum(rows),
+                    "dim": int(self.features.shape[1]), "dtype": str(self.features.dtype).removeprefix("torch."),
+                    "metric": self._metric, "num_classes": self._num_classes, "k": self._k,
+                    "weights": self._weights, "temperature": self._temperature,
+                    "shards": [{"file": f"shard-{r:05d}-of-{grp.world:05d}.pt", "rows": n} for r, n in enumerate(rows)],
+                }
+                tmp = path / f".{_MANIFEST}.tmp-{os.getpid()}"
+                tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+                os.replace(tmp, path / _MANIFEST)
+                keep = {s["file"] for s in manifest["shards"]}
+                for f in path.iterdir():
+                    if _SHARD_FILE.fullmatch(f.name) and f.name not in keep:
+                        f.unlink()
+            return None, []
+
+        _dist._agree(fn, grp, op, finish)  # when it returns on any rank, the save is complete
+        return path
+
+    @classmethod
+    def load_sharded(cls, path, *, process_group=None, device="cpu") -> "KNNClassifier":
+        """Loads a gallery written by :meth:`save_sharded`, on any number of ranks.
+
+        **Collective** with a ``process_group``: the saved gallery (all shards,
+        in manifest order) is split evenly again, rank ``r`` keeping rows
+        ``pcgeom.distributed.shard_bounds(rows, group=process_group)``; each rank
+        reads only the saved shards that overlap its rows (memory-mapped), so a
+        gallery saved on 4 ranks loads on 2 or 8 with the same global order, and
+        the same answers.  Without a ``process_group`` the whole gallery is
+        loaded into a plain single-process classifier.  ``k``, ``weights``,
+        ``temperature``, ``metric`` and ``num_classes`` come from the manifest.
+
+        Args:
+            path: the folder given to :meth:`save_sharded`.
+            process_group: the group to shard across, or ``None``.
+            device: where this rank's shard goes (default ``"cpu"``).
+
+        Example (every rank of a 2-rank group)::
+
+            clf = KNNClassifier.load_sharded("gallery/", process_group=dist.group.WORLD)
+        """
+        fn = "KNNClassifier.load_sharded"
+        grp = _dist._single() if process_group is None else _dist._resolve(fn, process_group)
+        path = Path(path)
+
+        def read():
+            mpath = path / _MANIFEST
+            if not mpath.is_file():
+                raise FileNotFoundError(f"{fn}: {mpath} not found: not a folder written by save_sharded, or an "
+                                        "incomplete save (the manifest is written last)")
+            m = json.loads(mpath.read_text())
+            if not isinstance(m, dict) or m.get("format") != _SHARDED_FORMAT:
+                raise ValueError(f"{fn}: {mpath} is not a KNNClassifier manifest (format {m.get('format')!r})"
+                                 if isinstance(m, dict) else f"{fn}: {mpath} is not a KNNClassifier manifest")
+            if m.get("version") != _SHARDED_VERSION:
+                raise ValueError(f"{fn}: {mpath} has format version {m.get('version')!r}; this pcgeom reads "
+                                 f"version {_SHARDED_VERSION}")
+            dtype = getattr(torch, str(m["dtype"]), None)
+            if not isinstance(dtype, torch.dtype):
+                raise ValueError(f"{fn}: {mpath}: unknown dtype {m['dtype']!r}")
+            D, rows = int(m["dim"]), int(m["rows"])
+            lo, hi = _dist._bounds(rows, grp.rank, grp.world)
+            feats, labs, start = [], [], 0
+            for s in m["shards"]:
+                n = int(s["rows"])
+                a, b = max(lo, start), min(hi, start + n)
+                if a < b:
+                    f = path / s["file"]
+                    data = torch.load(f, map_location="cpu", weights_only=True, mmap=True)
+                    ft, lt = data.get("features"), data.get("labels")
+                    if (not isinstance(ft, torch.Tensor) or ft.shape != (n, D) or ft.dtype != dtype
+                            or not isinstance(lt, torch.Tensor) or lt.shape != (n,)):
+                        raise ValueError(f"{fn}: {f} does not hold the {n} x {D} {m['dtype']} rows and {n} labels "
+                                         f"that {mpath} lists")
+                    feats.append(ft[a - start:b - start].to(device, copy=True))
+                    labs.append(lt[a - start:b - start].to(device=device, dtype=torch.int64, copy=True))
+                start += n
+            if start != rows:
+                raise ValueError(f"{fn}: {mpath}: its shards hold {start} rows, not the {rows} it lists")
+            features = torch.cat(feats) if feats else torch.empty((0, D), dtype=dtype, device=device)
+            labels = torch.cat(labs) if labs else torch.empty((0,), dtype=torch.int64, device=device)
+            return (m, features, labels), []
+
+        (m, features, labels), _ = _dist._agree(fn, grp, "KNNClassifier.load_sharded", read)
+        clf = cls(features[:0], labels[:0], m["k"], num_classes=m["num_classes"], weights=m["weights"],
+                  temperature=m["temperature"], metric=m["metric"], process_group=process_group)
+        # Assigned, not passed to the constructor: cosine rows were saved normalised already.
+        clf.features = features
+        clf.labels = labels
+        if clf._group is not None:
+            rows = int(m["rows"])
+            clf._shard_sizes = [b - a for a, b in (_dist._bounds(rows, r, grp.world) for r in range(grp.world))]
+        return clf
