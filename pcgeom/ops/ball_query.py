@@ -8,7 +8,8 @@ from pcgeom import _validation as V
 from pcgeom.ops.knn import KNNResult
 
 
-def ball_query(query, points, radius, k, *, query_lengths=None, points_lengths=None) -> KNNResult:
+def ball_query(query, points, radius, k, *, query_lengths=None, points_lengths=None,
+               query_offsets=None, points_offsets=None) -> KNNResult:
     """Up to ``k`` nearest neighbours with ``dist2 <= radius**2``.
 
     Same contract as :func:`pcgeom.knn` -- ascending squared distances, ties to
@@ -24,6 +25,8 @@ def ball_query(query, points, radius, k, *, query_lengths=None, points_lengths=N
         radius: float >= 0.
         k: int >= 1, the maximum number of neighbours returned.
         query_lengths, points_lengths: optional int ``(B,)`` ragged lengths.
+        query_offsets, points_offsets: packed layout (2-D inputs), as in
+            :func:`pcgeom.knn`; outputs ``(M_total, k)``, indices global.
 
     Returns:
         ``KNNResult(dist2 (B, M, k), idx (B, M, k) int64)``; differentiable
@@ -36,6 +39,12 @@ def ball_query(query, points, radius, k, *, query_lengths=None, points_lengths=N
         [[[0, 1, -1]]]
     """
     fn = "ball_query"
+    if isinstance(query, torch.Tensor) and query.dim() == 2:
+        from pcgeom.ops.packed import packed_ball_query
+
+        return KNNResult(*packed_ball_query(query, points, radius, k, query_offsets, points_offsets,
+                                            query_lengths is not None or points_lengths is not None))
+    V.check_offsets_unused(fn, query_offsets, points_offsets)
     V.check_points(fn, "query", query, "(B, M, D)")
     V.check_points(fn, "points", points, "(B, N, D)")
     V.check_pair(fn, "query", query, "points", points)

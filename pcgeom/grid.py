@@ -1,0 +1,229 @@
+"""Voxel-grid subsampling of packed point clouds: :func:`grid_subsample`.
+
+Pure vectorised torch (one stable sort of the points plus one of the kept
+voxels), deterministic and bit-identical on every device: voxel coordinates are
+computed in float64, every tie is broken by point index, and no reduction
+depends on the order of atomic adds.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import NamedTuple, Optional
+
+import torch
+
+from pcgeom import _validation as V
+from pcgeom.ops.packed import offsets_arg
+
+_REDUCE = ("first", "mean", "nearest_to_center")
+
+
+class GridSubsampleResult(NamedTuple):
+    """Result of :func:`grid_subsample`; see there for shapes and order."""
+
+    points: torch.Tensor
+    cluster: torch.Tensor
+    offsets: torch.Tensor
+    index: torch.Tensor
+    features: Optional[torch.Tensor]
+
+
+def _per_dim(fn, name, v, D, device, positive):
+    if isinstance(v, torch.Tensor):
+        t = v.detach().to(device=device, dtype=torch.float64)
+    elif isinstance(v, numbers.Real) and not isinstance(v, bool):
+        t = torch.tensor(float(v), dtype=torch.float64, device=device)
+    else:
+        try:
+            t = torch.tensor([float(e) for e in v], dtype=torch.float64, device=device)
+        except Exception as exc:
+            raise TypeError(f"{fn}: {name} must be a float or a sequence/tensor of {D} floats, got {type(v).__name__}") from exc
+    return t
+
+
+def _voxel_size(fn, voxel_size, D, device):
+    t = _per_dim(fn, "voxel_size", voxel_size, D, device, True)
+    if t.dim() == 0:
+        t = t.expand(D)
+    if t.shape != (D,):
+        raise ValueError(f"{fn}: voxel_size must be a float or have shape ({D},), got {tuple(t.shape)}")
+    if not bool(((t > 0) & torch.isfinite(t)).all()):
+        raise ValueError(f"{fn}: voxel_size must be finite and > 0, got {t.tolist()}")
+    return t
+
+
+def voxel_coords(fn, points, voxel_size, offsets, start):
+    """``(cloud id (N,), voxel coords (N, D) int64, start (B, D) float64, size (D,) float64)``."""
+    N, D = points.shape
+    dev = points.device
+    size = _voxel_size(fn, voxel_size, D, dev)
+    B = offsets.shape[0]
+    bid = torch.searchsorted(offsets, torch.arange(N, device=dev), right=True)
+    p = points.detach().to(torch.float64)
+    if N and not bool(torch.isfinite(p).all()):
+        raise ValueError(f"{fn}: points must be finite (NaN or inf coordinates cannot be put in a voxel)")
+    if start is None:
+        st = torch.full((B, D), float("inf"), dtype=torch.float64, device=dev)
+        if N:
+            st.scatter_reduce_(0, bid[:, None].expand(-1, D), p, "amin")
+        st = torch.where(torch.isinf(st), 0.0, st)  # empty clouds
+    else:
+        st = _per_dim(fn, "start", start, D, dev, False)
+        if st.dim() == 0:
+            st = st.expand(D)
+        if st.dim() == 1:
+            if st.shape[0] != D:
+                raise ValueError(f"{fn}: start must be a float, ({D},) or ({B}, {D}), got {tuple(st.shape)}")
+            st = st[None].expand(B, D)
+        elif st.shape != (B, D):
+            raise ValueError(f"{fn}: start must be a float, ({D},) or ({B}, {D}), got {tuple(st.shape)}")
+        if not bool(torch.isfinite(st).all()):
+            raise ValueError(f"{fn}: start must be finite")
+    v = torch.floor((p - st[bid]) / size).to(torch.int64)
+    return bid, v, st, size
+
+
+def _linear_key(bid, v):
+    """A unique int64 key per (cloud, voxel) whose order is (cloud, v_0, v_1, ...)."""
+    N, D = v.shape
+    lo = v.min(0).values
+    ext = (v.max(0).values - lo + 1).tolist()
+    nb = int(bid[-1]) + 1
+    total = nb
+    for e in ext:
+        total *= e
+    if total >= 2**62:
+        # Too many cells for one int64: rank the rows instead (slower, rare).
+        _, key = torch.unique(torch.cat([bid[:, None], v], 1), dim=0, return_inverse=True)
+        return key
+    key = bid.clone()
+    for d in range(D):
+        key = key * ext[d] + (v[:, d] - lo[d])
+    return key
+
+
+def grid_subsample(points, voxel_size, *, offsets=None, reduce="first", start=None, features=None) -> GridSubsampleResult:
+    """Keep one point (or the mean) per occupied voxel of a regular grid.
+
+    Point ``p`` of cloud ``b`` falls in voxel ``floor((p - start[b]) / voxel_size)``
+    (per coordinate, computed in float64).  Clouds never share a voxel.
+
+    Args:
+        points: ``(N_total, D)`` float16/bfloat16/float32/float64 packed points,
+            finite.
+        voxel_size: float > 0, or ``D`` floats (one per axis).
+        offsets: optional int ``(B,)`` cumulative end offsets (Pointcept's
+            ``offset``); ``None`` is one cloud.
+        reduce: what represents a voxel --
+
+            * ``"first"``: its lowest-index point;
+            * ``"mean"``: the mean of its points (summed in float64, rounded
+              once to the input dtype);
+            * ``"nearest_to_center"``: its point nearest to the voxel centre
+              ``start + (v + 0.5) * voxel_size`` (float64 squared distance,
+              **ties to the lower index**).
+        start: grid origin: ``None`` (default) is each cloud's coordinate-wise
+            minimum (torch_cluster's ``grid_cluster`` convention); a float,
+            ``(D,)`` or per-cloud ``(B, D)``.  ``start=0`` puts voxel
+            boundaries at multiples of ``voxel_size`` (Pointcept's
+            ``GridSample``).
+        features: optional ``(N_total, C)`` per-point features reduced the same
+            way (``"mean"`` needs floating features).
+
+    Returns:
+        :class:`GridSubsampleResult` ``(points, cluster, offsets, index, features)``:
+
+        * ``points (V, D)``: the kept points in the input dtype.  **Order**:
+          cloud after cloud, and within a cloud the voxels in the order of
+          their first (lowest-index) point -- so with ``"first"`` the kept
+          points are a subsequence of the input;
+        * ``cluster (N_total,)`` int64: the voxel (row of ``points``) of every
+          input point;
+        * ``offsets (B,)`` int64: cumulative end offsets of the kept points
+          per cloud;
+        * ``index (V,)`` int64: the input row chosen per voxel (``"mean"``:
+          the voxel's first point);
+        * ``features (V, C)`` or ``None``.
+
+        ``points`` (``"mean"``) and ``features`` are differentiable; the rest
+        is integer.
+
+    Example:
+        >>> import torch, pcgeom
+        >>> pts = torch.tensor([[0.0, 0], [0.4, 0.1], [1.2, 0], [0.1, 0.3]])
+        >>> r = pcgeom.grid_subsample(pts, 1.0)
+        >>> r.points.tolist(), r.cluster.tolist()
+        ([[0.0, 0.0], [1.2000000476837158, 0.0]], [0, 0, 1, 0])
+    """
+    fn = "grid_subsample"
+    V.check_tensor(fn, "points", points, 2, "(N_total, D)")
+    if points.dtype not in V.FLOAT_DTYPES:
+        raise TypeError(f"{fn}: points must be float16, bfloat16, float32 or float64, got {points.dtype}")
+    if reduce not in _REDUCE:
+        raise ValueError(f"{fn}: reduce must be one of {_REDUCE}, got {reduce!r}")
+    N, D = points.shape
+    dev = points.device
+    off = offsets_arg(fn, "offsets", offsets, N, dev)
+    B = off.shape[0]
+    if features is not None:
+        V.check_tensor(fn, "features", features, 2, "(N_total, C)")
+        if features.shape[0] != N or features.device != dev:
+            raise ValueError(f"{fn}: features must have shape ({N}, C) on {dev}, got {tuple(features.shape)} on {features.device}")
+        if reduce == "mean" and not features.is_floating_point():
+            raise TypeError(f"{fn}: reduce='mean' needs floating features, got {features.dtype}")
+    bid, v, st, size = voxel_coords(fn, points, voxel_size, off, start)
+    if N == 0:
+        e = torch.zeros(0, dtype=torch.int64, device=dev)
+        return GridSubsampleResult(points[:0], e, torch.zeros(B, dtype=torch.int64, device=dev), e,
+                                   None if features is None else features[:0])
+    key = _linear_key(bid, v)
+    # The stable sort puts each voxel's lowest index first.
+    order = torch.sort(key, stable=True).indices
+    sk = key[order]
+    head = torch.ones(N, dtype=torch.bool, device=dev)
+    head[1:] = sk[1:] != sk[:-1]
+    seg = torch.cumsum(head, 0) - 1  # voxel id in key order, per sorted point
+    first = order[head]  # lowest index per voxel, key order
+    # Renumber voxels by first appearance (clouds are contiguous, so this also
+    # groups them by cloud).
+    perm = torch.sort(first).indices
+    rank = torch.empty_like(perm)
+    rank[perm] = torch.arange(perm.shape[0], device=dev)
+    cluster = torch.empty(N, dtype=torch.int64, device=dev)
+    cluster[order] = rank[seg]
+    first = first[perm]
+    nv = first.shape[0]
+    if reduce == "first":
+        index = first
+    elif reduce == "nearest_to_center":
+        p = points.detach().to(torch.float64)
+        centre = st[bid] + (v.to(torch.float64) + 0.5) * size
+        diff = p - centre
+        d = diff[:, 0] * diff[:, 0]
+        for c in range(1, D):
+            d = d + diff[:, c] * diff[:, c]
+        dmin = torch.full((nv,), float("inf"), dtype=torch.float64, device=dev).scatter_reduce_(0, cluster, d, "amin")
+        cand = d == dmin[cluster]
+        ar = torch.arange(N, device=dev)
+        index = torch.full((nv,), N, dtype=torch.int64, device=dev).scatter_reduce_(0, cluster[cand], ar[cand], "amin")
+    else:
+        index = first
+    if reduce == "mean":
+        counts = torch.bincount(cluster, minlength=nv).to(torch.float64)[:, None]
+        out = _segment_mean(points, cluster, order, nv, counts)
+        feats = None if features is None else _segment_mean(features, cluster, order, nv, counts)
+    else:
+        out = points[index]
+        feats = None if features is None else features[index]
+    kept = torch.cumsum(torch.bincount(bid[index], minlength=B), 0)
+    return GridSubsampleResult(out, cluster, kept, index, feats)
+
+
+def _segment_mean(x, cluster, order, nv, counts):
+    # index_add_ in sorted order of (voxel, index): float16/bfloat16/float32
+    # values summed in float64 are exact (hence order-free and identical on
+    # every device) unless one voxel mixes magnitudes more than 2**29 apart.
+    acc = torch.zeros((nv, x.shape[1]), dtype=torch.float64, device=x.device)
+    acc = acc.index_add(0, cluster[order], x[order].to(torch.float64))
+    return (acc / counts).to(x.dtype)
