@@ -12,8 +12,9 @@ grid coordinates and depth:
 * ``"z-trans"`` / ``"hilbert-trans"``: the same with x and y swapped;
 * the cloud id sits above the curve: ``code = batch << (3 * depth) | curve``.
 
-Written from the definitions with vectorised integer ops (``depth`` steps for
-Hilbert, five masked shifts for Morton), no per-bit tensors.
+Written from the definitions with vectorised integer ops: five masked shifts
+for Morton; for Hilbert one table look-up per level (Skilling's transform
+written as a 48-state machine), no per-bit tensors.
 """
 
 from __future__ import annotations
@@ -46,7 +47,13 @@ class SerializedOrder(NamedTuple):
 
 
 def _spread3(x: torch.Tensor) -> torch.Tensor:
-    """Bits of x (< 2**21) moved from position i to 3i."""
+    """Bits of x (< 2**21; < 2**10 for int32) moved from position i to 3i."""
+    if x.dtype == torch.int32:
+        x = x & 0x3FF
+        x = (x | (x << 16)) & 0x30000FF
+        x = (x | (x << 8)) & 0x300F00F
+        x = (x | (x << 4)) & 0x30C30C3
+        return (x | (x << 2)) & 0x9249249
     x = x & 0x1FFFFF
     x = (x | (x << 32)) & 0x1F00000000FFFF
     x = (x | (x << 16)) & 0x1F0000FF0000FF
@@ -60,22 +67,56 @@ def morton_code(x, y, z):
     return (_spread3(x) << 2) | (_spread3(y) << 1) | _spread3(z)
 
 
+def _hilbert_tables():
+    """Skilling's per-level update as a state machine.
+
+    Processing the levels from the most significant bit, everything done to
+    the lower bits so far is a signed permutation of the three axes (48
+    states).  For state ``s`` and the raw bits ``(x_b, y_b, z_b)`` of a level,
+    ``GRAY[s, oct]`` is the level's transformed triple (axis 0 high) and
+    ``NEXT[s, oct]`` the state for the levels below.
+    """
+    import itertools
+
+    states = [(p, f) for p in itertools.permutations(range(3)) for f in itertools.product((0, 1), repeat=3)]
+    sid = {st: i for i, st in enumerate(states)}
+    gray = torch.zeros(len(states) * 8, dtype=torch.int64)
+    nxt = torch.zeros(len(states) * 8, dtype=torch.int64)
+    for i, (perm, flip) in enumerate(states):
+        for octant in range(8):
+            raw = ((octant >> 2) & 1, (octant >> 1) & 1, octant & 1)
+            t = [raw[perm[a]] ^ flip[a] for a in range(3)]
+            perm2, flip2 = list(perm), list(flip)
+            for a in range(3):
+                if t[a]:
+                    flip2[0] ^= 1  # invert axis 0 below this level
+                elif a:
+                    perm2[0], perm2[a] = perm2[a], perm2[0]  # exchange axes 0 and a below
+                    flip2[0], flip2[a] = flip2[a], flip2[0]
+            gray[i * 8 + octant] = (t[0] << 2) | (t[1] << 1) | t[2]
+            nxt[i * 8 + octant] = sid[(tuple(perm2), tuple(flip2))] * 8  # row offset of the next state
+    return gray, nxt, sid[((0, 1, 2), (0, 0, 0))]
+
+
+_GRAY, _NEXT, _IDENTITY = _hilbert_tables()
+_TABLES = {}
+
+
 def hilbert_code(x, y, z, depth: int):
-    """Hilbert index of int64 coordinates in ``[0, 2**depth)``."""
-    X = [x, y, z]
-    for b in range(depth - 1, 0, -1):
-        Q = 1 << b
-        P = Q - 1
-        for i in range(3):
-            on = (X[i] & Q) != 0
-            if i == 0:
-                X[0] = torch.where(on, X[0] ^ P, X[0])
-            else:
-                t = (X[0] ^ X[i]) & P
-                X[0] = torch.where(on, X[0] ^ P, X[0] ^ t)
-                X[i] = torch.where(on, X[i], X[i] ^ t)
-    # The transposed form interleaved is the Gray code of the index.
-    h = morton_code(X[0], X[1], X[2])
+    """Hilbert index of integer coordinates in ``[0, 2**depth)`` (int32 for depth <= 10)."""
+    dev = x.device
+    if (dev, x.dtype) not in _TABLES:
+        _TABLES[dev, x.dtype] = (_GRAY.to(dev, x.dtype), _NEXT.to(dev, x.dtype))
+    gray_t, next_t = _TABLES[dev, x.dtype]
+    state = torch.full_like(x, _IDENTITY * 8)
+    h = torch.zeros_like(x)
+    for b in range(depth - 1, -1, -1):
+        octant = (((x >> b) & 1) << 2) | (((y >> b) & 1) << 1) | ((z >> b) & 1)
+        key = state + octant
+        h = (h << 3) | gray_t[key]
+        if b:
+            state = next_t[key]
+    # h is the Gray code of the index: decode by prefix xor.
     s = 1
     while s < 3 * depth:
         h = h ^ (h >> s)
@@ -170,9 +211,16 @@ def serialize(points=None, voxel_size=None, *, grid_coord=None, offsets=None, or
         raise ValueError(f"{fn}: grid_coord must be < 2**depth = {1 << depth}, got max {hi}")
     if 3 * depth + int(B).bit_length() > 63:
         raise ValueError(f"{fn}: 3 * depth + bit_length(B) must be <= 63, got depth={depth}, B={B}")
-    bid = torch.searchsorted(off, torch.arange(N, device=dev), right=True)
-    codes = torch.stack([(bid << (3 * depth)) | _curve(g, o, depth) for o in orders])
+    # Codes that fit in 31 bits are computed and sorted in int32: half the
+    # memory traffic, and sorting int32 is about twice as fast.
+    small = 3 * depth + int(B - 1).bit_length() <= 31
+    gs = g.to(torch.int32) if small else g
+    codes = torch.stack([_curve(gs, o, depth) for o in orders])
+    if B > 1:
+        bid = torch.searchsorted(off, torch.arange(N, device=dev), right=True).to(codes.dtype)
+        codes |= bid << (3 * depth)
     perm = torch.sort(codes, dim=1, stable=True).indices
+    codes = codes.to(torch.int64)
     inv = torch.empty_like(perm)
     inv.scatter_(1, perm, torch.arange(N, device=dev).expand(len(orders), N))
     if isinstance(order, str):
