@@ -64,15 +64,19 @@ def voxel_coords(fn, points, voxel_size, offsets, start):
     dev = points.device
     size = _voxel_size(fn, voxel_size, D, dev)
     B = offsets.shape[0]
-    bid = torch.searchsorted(offsets, torch.arange(N, device=dev), right=True)
-    p = points.detach().to(torch.float64)
-    if N and not bool(torch.isfinite(p).all()):
+    # One cloud (the common case) skips the per-point cloud id gathers.
+    bid = torch.searchsorted(offsets, torch.arange(N, device=dev), right=True) if B > 1 else None
+    if N and not bool(torch.isfinite(points).all()):
         raise ValueError(f"{fn}: points must be finite (NaN or inf coordinates cannot be put in a voxel)")
+    p = points.detach().to(torch.float64)
     if start is None:
-        st = torch.full((B, D), float("inf"), dtype=torch.float64, device=dev)
-        if N:
-            st.scatter_reduce_(0, bid[:, None].expand(-1, D), p, "amin")
-        st = torch.where(torch.isinf(st), 0.0, st)  # empty clouds
+        if bid is None:
+            st = p.min(0, keepdim=True).values if N else p.new_zeros((1, D))
+        else:
+            st = torch.full((B, D), float("inf"), dtype=torch.float64, device=dev)
+            if N:
+                st.scatter_reduce_(0, bid[:, None].expand(-1, D), p, "amin")
+            st = torch.where(torch.isinf(st), 0.0, st)  # empty clouds
     else:
         st = _per_dim(fn, "start", start, D, dev, False)
         if st.dim() == 0:
@@ -85,7 +89,8 @@ def voxel_coords(fn, points, voxel_size, offsets, start):
             raise ValueError(f"{fn}: start must be a float, ({D},) or ({B}, {D}), got {tuple(st.shape)}")
         if not bool(torch.isfinite(st).all()):
             raise ValueError(f"{fn}: start must be finite")
-    v = torch.floor((p - st[bid]) / size).to(torch.int64)
+    t = p - (st if bid is None else st[bid])
+    v = t.div_(size).floor_().to(torch.int64)
     return bid, v, st, size
 
 
@@ -98,16 +103,18 @@ def _linear_key(bid, v):
     N, D = v.shape
     lo = v.min(0).values
     ext = (v.max(0).values - lo + 1).tolist()
-    total = int(bid[-1]) + 1
+    total = 1 if bid is None else int(bid[-1]) + 1
     for e in ext:
         total *= e
     if total >= 2**62:
-        _, key = torch.unique(torch.cat([bid[:, None], v], 1), dim=0, return_inverse=True)
+        rows = v if bid is None else torch.cat([bid[:, None], v], 1)
+        _, key = torch.unique(rows, dim=0, return_inverse=True)
         return key, total
     dt = torch.int32 if total < 2**31 else torch.int64
-    key = bid.to(dt)
+    key = None if bid is None else bid.to(dt)
     for d in range(D):
-        key = key * ext[d] + (v[:, d] - lo[d]).to(dt)
+        c = (v[:, d] - lo[d]).to(dt)
+        key = c if key is None else key * ext[d] + c
     return key, total
 
 
@@ -220,7 +227,7 @@ def grid_subsample(points, voxel_size, *, offsets=None, reduce="first", start=No
         index = first
     elif reduce == "nearest_to_center":
         p = points.detach().to(torch.float64)
-        centre = st[bid] + (v.to(torch.float64) + 0.5) * size
+        centre = (st if bid is None else st[bid]) + (v.to(torch.float64) + 0.5) * size
         diff = p - centre
         d = diff[:, 0] * diff[:, 0]
         for c in range(1, D):
@@ -238,7 +245,10 @@ def grid_subsample(points, voxel_size, *, offsets=None, reduce="first", start=No
     else:
         out = points[index]
         feats = None if features is None else features[index]
-    kept = torch.cumsum(torch.bincount(bid[index], minlength=B), 0)
+    if bid is None:
+        kept = torch.full((1,), nv, dtype=torch.int64, device=dev)
+    else:
+        kept = torch.cumsum(torch.bincount(bid[index], minlength=B), 0)
     return GridSubsampleResult(out, cluster, kept, index, feats)
 
 
