@@ -88,26 +88,40 @@ def _max_len(lengths: torch.Tensor) -> int:
     return int(lengths.max()) if lengths.numel() else 0
 
 
-def _pad(packed: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor, max_len: int, fill=0):
-    """``(N_total, *)`` -> ``(B, max_len, *)`` with one gather; rows past a cloud's end hold ``fill``."""
+def _pad(packed: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor, max_len: int, fill=0, masked=True):
+    """``(N_total, *)`` -> ``(B, max_len, *)`` with one row gather.
+
+    Rows past a cloud's end hold ``fill`` when ``masked``; otherwise they hold
+    copies of real rows, which the kernels never read (they stop at the
+    lengths) and which receive zero gradient.
+    """
     B = starts.shape[0]
     ar = torch.arange(max_len, device=packed.device)
     valid = ar[None, :] < lengths[:, None]
     if packed.shape[0] == 0:
         return packed.new_full((B, max_len) + tuple(packed.shape[1:]), fill), valid
     rows = (starts[:, None] + ar[None, :]).clamp_(max=packed.shape[0] - 1)
-    out = packed[rows.reshape(-1)].reshape((B, max_len) + tuple(packed.shape[1:]))
+    out = packed.index_select(0, rows.reshape(-1)).reshape((B, max_len) + tuple(packed.shape[1:]))
+    if not masked:
+        return out, valid
     mask = valid.reshape(valid.shape + (1,) * (packed.dim() - 1))
     return torch.where(mask, out, torch.full((), fill, dtype=packed.dtype, device=packed.device)), valid
 
 
-def _unpad_index(offsets: torch.Tensor, n_total: int):
-    """For each packed row: its cloud ``b`` and its position ``m`` inside the cloud."""
-    dev = offsets.device
-    ar = torch.arange(n_total, device=dev)
+def _unpad_rows(offsets: torch.Tensor, n_total: int, max_len: int):
+    """For each packed row: its cloud ``b`` and its row in the flattened ``(B * max_len, *)`` padded tensor."""
+    ar = torch.arange(n_total, device=offsets.device)
     b = torch.searchsorted(offsets, ar, right=True)
     starts, _ = _starts_lengths(offsets)
-    return b, ar - starts[b]
+    return b, ar + (b * max_len - starts[b])
+
+
+def _unpad(padded: torch.Tensor, offsets: torch.Tensor, n_total: int, rows=None):
+    """``(B, max_len, *)`` -> ``(N_total, *)``: one contiguous row gather."""
+    B, L = padded.shape[:2]
+    if rows is None:
+        rows = _unpad_rows(offsets, n_total, L)[1]
+    return padded.reshape((B * L,) + tuple(padded.shape[2:])).index_select(0, rows)
 
 
 def pack(padded, lengths):
@@ -138,8 +152,7 @@ def pack(padded, lengths):
     lengths = V.lengths_arg(fn, "lengths", lengths, B, N, padded.device)
     offsets = torch.cumsum(lengths, 0)
     n_total = int(offsets[-1]) if B else 0
-    b, m = _unpad_index(offsets, n_total)
-    return padded[b, m], offsets
+    return _unpad(padded, offsets, n_total), offsets
 
 
 def unpack(packed, offsets, fill=0):
@@ -197,13 +210,14 @@ def _search_packed(fn, op, query, points, extra, k, query_offsets, points_offset
     ps, pl = _starts_lengths(po)
     # One sync for both maxima: the padded shapes must be known.
     both = torch.stack([ql.max(), pl.max()]).tolist()
-    qpad, _ = _pad(query, qs, ql, both[0])
-    ppad, _ = _pad(points, ps, pl, both[1])
+    qpad, _ = _pad(query, qs, ql, both[0], masked=False)
+    ppad, _ = _pad(points, ps, pl, both[1], masked=False)
     dist2, idx = op(qpad, ppad, *extra, k, ql, pl)
-    b, m = _unpad_index(qo, query.shape[0])
-    dist2, idx = dist2[b, m], idx[b, m]
-    idx = torch.where(idx >= 0, idx + ps[b][:, None], idx)
-    return dist2, idx
+    # Local -> global indices on the padded output (a broadcast per cloud,
+    # no per-row gather of the starts).
+    idx = idx + torch.where(idx >= 0, ps[:, None, None], 0)
+    _, rows = _unpad_rows(qo, query.shape[0], both[0])
+    return _unpad(dist2, qo, query.shape[0], rows), _unpad(idx, qo, query.shape[0], rows)
 
 
 def packed_knn(query, points, k, query_offsets, points_offsets, lengths_given=False):
@@ -248,7 +262,7 @@ def packed_farthest_point_sample(points, n_samples, offsets, start_index=0, leng
         S = V.check_int(fn, "n_samples", n_samples, minimum=1)
         counts = torch.full((B,), S, dtype=torch.int64, device=points.device)
         mx = [int(lengths.max())]
-    ppad, _ = _pad(points, starts, lengths, mx[0])
+    ppad, _ = _pad(points, starts, lengths, mx[0], masked=False)
     from pcgeom.ops.farthest_point_sample import farthest_point_sample
 
     idx = farthest_point_sample(ppad, max(S, 1), lengths=lengths, start_index=start_index)
