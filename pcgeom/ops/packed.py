@@ -213,11 +213,14 @@ def _search_packed(fn, op, query, points, extra, k, query_offsets, points_offset
     qpad, _ = _pad(query, qs, ql, both[0], masked=False)
     ppad, _ = _pad(points, ps, pl, both[1], masked=False)
     dist2, idx = op(qpad, ppad, *extra, k, ql, pl)
-    # Local -> global indices on the padded output (a broadcast per cloud,
-    # no per-row gather of the starts).
-    idx = idx + torch.where(idx >= 0, ps[:, None, None], 0)
-    _, rows = _unpad_rows(qo, query.shape[0], both[0])
-    return _unpad(dist2, qo, query.shape[0], rows), _unpad(idx, qo, query.shape[0], rows)
+    b, rows = _unpad_rows(qo, query.shape[0], both[0])
+    dist2 = _unpad(dist2, qo, query.shape[0], rows)
+    idx = _unpad(idx, qo, query.shape[0], rows)
+    # Local -> global, in place on the fresh packed copy (the padded output
+    # can be much larger for ragged batches).
+    missing = idx < 0
+    idx.add_(ps[b][:, None]).masked_fill_(missing, -1)
+    return dist2, idx
 
 
 def packed_knn(query, points, k, query_offsets, points_offsets, lengths_given=False):
