@@ -125,3 +125,12 @@ def test_grid_subsample_errors():
         pcgeom.grid_subsample(x, 0.1, reduce="mean", features=torch.zeros(10, 1, dtype=torch.long))
     with pytest.raises(ValueError, match=r"voxel_size must be a float or have shape \(3,\)"):
         pcgeom.grid_subsample(x, [0.1, 0.2])
+
+
+def test_nearest_to_center_ties_go_to_the_lower_index():
+    # Both points are 0.25 from the centre 0.5 of voxel [0, 1): the lower index wins.
+    x = torch.tensor([[0.75], [0.25], [0.9]], dtype=torch.float64)
+    r = pcgeom.grid_subsample(x, 1.0, start=0.0, reduce="nearest_to_center")
+    assert r.index.tolist() == [0]
+    r = pcgeom.grid_subsample(x[[1, 0, 2]], 1.0, start=0.0, reduce="nearest_to_center")
+    assert r.index.tolist() == [0]
