@@ -5,8 +5,9 @@ Rows (issue 15):
 * ``knn-packed``: self-KNN, k = 16, 8 clouds of 50k..150k points (sizes
   evenly spaced, 800k points in all, points on unit-sphere surfaces scaled by
   the cloud size), packed with offsets.  Methods: ``pcgeom packed``; ``pcgeom
-  padded`` (the kernel alone on the same data already padded -- the difference
-  is the pad/pack round trip); ``scipy cKDTree`` (build + query, all cores) for
+  padded`` (the kernel alone on the same data already padded); ``pad + pack
+  round trip alone`` (what the packed form adds: padding both inputs with one
+  gather each, packing the output back with global indices); ``scipy cKDTree`` (build + query, all cores) for
   reference.  torch_cluster is not installed here (see RESULTS-packed.md).
 * ``grid-2cm`` / ``grid-5cm``: ``grid_subsample`` of a 1M-point synthetic room
   (8 x 6 x 3 m: floor, ceiling, four walls, twelve boxes; points uniform on the
@@ -117,8 +118,25 @@ def rows():
         ref_padded = pcgeom.knn(padded, padded, 16, query_lengths=lengths, points_lengths=lengths)
         glob = torch.where(ref_padded.idx >= 0, ref_padded.idx + starts[:, None, None], -1)
         assert torch.equal(pcgeom.pack(glob, lengths)[0], ref_packed.idx), "packed != padded"
+        from pcgeom.ops import packed as P
+
+        lens = lengths
+        res = ref_padded
+
+        def round_trip():
+            # What the packed form adds to the kernel: pad both inputs, pack the
+            # output back with global indices (the kernel's result precomputed).
+            P._pad(x, starts, lens, int(lens.max()), masked=False)
+            P._pad(x, starts, lens, int(lens.max()), masked=False)
+            b, rows = P._unpad_rows(off, x.shape[0], res.idx.shape[1])
+            P._unpad(res.dist2, off, x.shape[0], rows)
+            i = P._unpad(res.idx, off, x.shape[0], rows)
+            missing = i < 0
+            i.add_(starts[b][:, None]).masked_fill_(missing, -1)
+
         return [
             ("pcgeom packed", lambda: pcgeom.knn(x, x, 16, query_offsets=off, points_offsets=off)),
+            ("pad + pack round trip alone", round_trip),
             ("pcgeom padded (kernel only)", lambda: pcgeom.knn(padded, padded, 16, query_lengths=lengths, points_lengths=lengths)),
             ("scipy cKDTree (build+query, per cloud)", ckd),
         ], "pcgeom packed"

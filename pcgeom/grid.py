@@ -8,6 +8,7 @@ depends on the order of atomic adds.
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import NamedTuple, Optional
 
@@ -59,15 +60,15 @@ def _voxel_size(fn, voxel_size, D, device):
 
 
 def voxel_coords(fn, points, voxel_size, offsets, start):
-    """``(cloud id (N,), voxel coords (N, D) int64, start (B, D) float64, size (D,) float64)``."""
+    """``(cloud id (N,) or None for one cloud, voxel coords (N, D) as integral
+    float64, start (B, D) float64, size (D,) float64)``.  Non-finite points
+    make the coordinates non-finite; :func:`_linear_key` reports them."""
     N, D = points.shape
     dev = points.device
     size = _voxel_size(fn, voxel_size, D, dev)
     B = offsets.shape[0]
     # One cloud (the common case) skips the per-point cloud id gathers.
     bid = torch.searchsorted(offsets, torch.arange(N, device=dev), right=True) if B > 1 else None
-    if N and not bool(torch.isfinite(points).all()):
-        raise ValueError(f"{fn}: points must be finite (NaN or inf coordinates cannot be put in a voxel)")
     p = points.detach().to(torch.float64)
     if start is None:
         if bid is None:
@@ -90,32 +91,37 @@ def voxel_coords(fn, points, voxel_size, offsets, start):
         if not bool(torch.isfinite(st).all()):
             raise ValueError(f"{fn}: start must be finite")
     t = p - (st if bid is None else st[bid])
-    v = t.div_(size).floor_().to(torch.int64)
-    return bid, v, st, size
+    return bid, t.div_(size).floor_(), st, size
 
 
-def _linear_key(bid, v):
-    """A unique key per (cloud, voxel) whose order is (cloud, v_0, v_1, ...).
+def _linear_key(fn, bid, t, B):
+    """A unique key per (cloud, voxel) whose order is (cloud, v_0, v_1, ...), and the number of cells.
 
-    int32 when the occupied box of cells fits (sorting int32 is about twice as
-    fast on the CPU), else int64, else (more than 2**62 cells) row ranks.
+    The box of occupied cells is linearised with one float64 matrix-vector
+    product (exact: every value is an integer below 2**53); the key is int32
+    when the box fits (sorting int32 is about twice as fast), else int64, and
+    for boxes beyond 2**53 cells the rows are ranked instead.
     """
-    N, D = v.shape
-    lo = v.min(0).values
-    ext = (v.max(0).values - lo + 1).tolist()
-    total = 1 if bid is None else int(bid[-1]) + 1
-    for e in ext:
-        total *= e
-    if total >= 2**62:
+    N, D = t.shape
+    lo, hi = torch.aminmax(t, dim=0)
+    bounds = torch.cat([lo, hi]).tolist()
+    if not all(math.isfinite(b) for b in bounds):
+        raise ValueError(f"{fn}: points must be finite (NaN or inf coordinates cannot be put in a voxel)")
+    lo_l, hi_l = bounds[:D], bounds[D:]
+    ext = [int(h - l) + 1 for l, h in zip(lo_l, hi_l)]
+    cells = math.prod(ext)
+    total = cells * (1 if bid is None else B)
+    if total >= 2**53:
+        v = t.to(torch.int64)
         rows = v if bid is None else torch.cat([bid[:, None], v], 1)
         _, key = torch.unique(rows, dim=0, return_inverse=True)
         return key, total
-    dt = torch.int32 if total < 2**31 else torch.int64
-    key = None if bid is None else bid.to(dt)
-    for d in range(D):
-        c = (v[:, d] - lo[d]).to(dt)
-        key = c if key is None else key * ext[d] + c
-    return key, total
+    w = [math.prod(ext[d + 1:]) for d in range(D)]
+    key = t @ torch.tensor(w, dtype=torch.float64, device=t.device)
+    key -= sum(wi * li for wi, li in zip(w, lo_l))
+    if bid is not None:
+        key += bid.to(torch.float64) * cells
+    return key.to(torch.int32 if total < 2**31 else torch.int64), total
 
 
 def grid_subsample(points, voxel_size, *, offsets=None, reduce="first", start=None, features=None) -> GridSubsampleResult:
@@ -187,12 +193,12 @@ def grid_subsample(points, voxel_size, *, offsets=None, reduce="first", start=No
             raise ValueError(f"{fn}: features must have shape ({N}, C) on {dev}, got {tuple(features.shape)} on {features.device}")
         if reduce == "mean" and not features.is_floating_point():
             raise TypeError(f"{fn}: reduce='mean' needs floating features, got {features.dtype}")
-    bid, v, st, size = voxel_coords(fn, points, voxel_size, off, start)
+    bid, t, st, size = voxel_coords(fn, points, voxel_size, off, start)
     if N == 0:
         e = torch.zeros(0, dtype=torch.int64, device=dev)
         return GridSubsampleResult(points[:0], e, torch.zeros(B, dtype=torch.int64, device=dev), e,
                                    None if features is None else features[:0])
-    key, total = _linear_key(bid, v)
+    key, total = _linear_key(fn, bid, t, B)
     if total <= max(_DENSE_MIN, _DENSE_PER_POINT * N) and total <= _DENSE_MAX:
         # Few enough cells for a table: the lowest index per voxel by a
         # scatter-min, no sort at all.
@@ -200,11 +206,11 @@ def grid_subsample(points, voxel_size, *, offsets=None, reduce="first", start=No
         ar = torch.arange(N, device=dev)
         table = torch.full((total,), N, dtype=torch.int64, device=dev)
         table.scatter_reduce_(0, key, ar, "amin")
-        firstp = table[key]
+        firstp = table.index_select(0, key)
         del table
         is_first = firstp == ar
         cluster = torch.cumsum(is_first, 0) - 1
-        cluster = cluster[firstp]
+        cluster = cluster.index_select(0, firstp)
         first = is_first.nonzero()[:, 0]
         order = None
     else:
@@ -227,7 +233,7 @@ def grid_subsample(points, voxel_size, *, offsets=None, reduce="first", start=No
         index = first
     elif reduce == "nearest_to_center":
         p = points.detach().to(torch.float64)
-        centre = (st if bid is None else st[bid]) + (v.to(torch.float64) + 0.5) * size
+        centre = (st if bid is None else st[bid]) + (t + 0.5) * size
         diff = p - centre
         d = diff[:, 0] * diff[:, 0]
         for c in range(1, D):
@@ -243,8 +249,8 @@ def grid_subsample(points, voxel_size, *, offsets=None, reduce="first", start=No
         out = _segment_mean(points, cluster, nv, counts)
         feats = None if features is None else _segment_mean(features, cluster, nv, counts)
     else:
-        out = points[index]
-        feats = None if features is None else features[index]
+        out = points.index_select(0, index)
+        feats = None if features is None else features.index_select(0, index)
     if bid is None:
         kept = torch.full((1,), nv, dtype=torch.int64, device=dev)
     else:

@@ -134,3 +134,13 @@ def test_nearest_to_center_ties_go_to_the_lower_index():
     assert r.index.tolist() == [0]
     r = pcgeom.grid_subsample(x[[1, 0, 2]], 1.0, start=0.0, reduce="nearest_to_center")
     assert r.index.tolist() == [0]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_points_are_refused(bad):
+    x = torch.rand(6, 3)
+    x[3, 1] = bad
+    with pytest.raises(ValueError, match="points must be finite"):
+        pcgeom.grid_subsample(x, 0.1)
+    with pytest.raises(ValueError, match="points must be finite"):
+        pcgeom.grid_subsample(x, 0.1, offsets=torch.tensor([2, 6]))
