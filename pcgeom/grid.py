@@ -69,14 +69,15 @@ def voxel_coords(fn, points, voxel_size, offsets, start):
     B = offsets.shape[0]
     # One cloud (the common case) skips the per-point cloud id gathers.
     bid = torch.searchsorted(offsets, torch.arange(N, device=dev), right=True) if B > 1 else None
-    p = points.detach().to(torch.float64)
+    p = points.detach()
     if start is None:
         if bid is None:
-            st = p.min(0, keepdim=True).values if N else p.new_zeros((1, D))
+            # min in the input dtype then widened: the same value, a narrower pass.
+            st = p.min(0, keepdim=True).values.to(torch.float64) if N else p.new_zeros((1, D), dtype=torch.float64)
         else:
             st = torch.full((B, D), float("inf"), dtype=torch.float64, device=dev)
             if N:
-                st.scatter_reduce_(0, bid[:, None].expand(-1, D), p, "amin")
+                st.scatter_reduce_(0, bid[:, None].expand(-1, D), p.to(torch.float64), "amin")
             st = torch.where(torch.isinf(st), 0.0, st)  # empty clouds
     else:
         st = _per_dim(fn, "start", start, D, dev, False)
@@ -90,7 +91,8 @@ def voxel_coords(fn, points, voxel_size, offsets, start):
             raise ValueError(f"{fn}: start must be a float, ({D},) or ({B}, {D}), got {tuple(st.shape)}")
         if not bool(torch.isfinite(st).all()):
             raise ValueError(f"{fn}: start must be finite")
-    t = p - (st if bid is None else st[bid])
+    # Type promotion widens p to float64 exactly inside the subtraction.
+    t = torch.sub(p, st if bid is None else st[bid])
     return bid, t.div_(size).floor_(), st, size
 
 
@@ -117,11 +119,11 @@ def _linear_key(fn, bid, t, B):
         _, key = torch.unique(rows, dim=0, return_inverse=True)
         return key, total
     w = [math.prod(ext[d + 1:]) for d in range(D)]
-    key = t @ torch.tensor(w, dtype=torch.float64, device=t.device)
-    key -= sum(wi * li for wi, li in zip(w, lo_l))
+    bias = torch.tensor(-float(sum(wi * li for wi, li in zip(w, lo_l))), dtype=torch.float64, device=t.device)
+    key = torch.addmv(bias, t, torch.tensor(w, dtype=torch.float64, device=t.device))
     if bid is not None:
         key += bid.to(torch.float64) * cells
-    return key.to(torch.int32 if total < 2**31 else torch.int64), total
+    return key, total
 
 
 def grid_subsample(points, voxel_size, *, offsets=None, reduce="first", start=None, features=None) -> GridSubsampleResult:
@@ -209,12 +211,12 @@ def grid_subsample(points, voxel_size, *, offsets=None, reduce="first", start=No
         firstp = table.index_select(0, key)
         del table
         is_first = firstp == ar
-        cluster = torch.cumsum(is_first, 0) - 1
-        cluster = cluster.index_select(0, firstp)
+        cluster = torch.cumsum(is_first, 0).sub_(1).index_select(0, firstp)
         first = is_first.nonzero()[:, 0]
         order = None
     else:
         # The stable sort puts each voxel's lowest index first.
+        key = key.to(torch.int32 if total < 2**31 else torch.int64)
         sk, order = torch.sort(key, stable=True)
         head = torch.ones(N, dtype=torch.bool, device=dev)
         head[1:] = sk[1:] != sk[:-1]
