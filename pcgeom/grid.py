@@ -265,5 +265,5 @@ def _segment_mean(x, cluster, nv, counts):
     # independent of the order of the adds, and identical on every device)
     # unless one voxel mixes magnitudes more than 2**29 apart.
     acc = torch.zeros((nv, x.shape[1]), dtype=torch.float64, device=x.device)
-    acc = acc.index_add(0, cluster, x.to(torch.float64))
+    acc = acc.scatter_add(0, cluster[:, None].expand(-1, x.shape[1]), x.to(torch.float64))
     return (acc / counts).to(x.dtype)

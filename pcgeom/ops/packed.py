@@ -210,8 +210,9 @@ def _search_packed(fn, op, query, points, extra, k, query_offsets, points_offset
     ps, pl = _starts_lengths(po)
     # One sync for both maxima: the padded shapes must be known.
     both = torch.stack([ql.max(), pl.max()]).tolist()
-    qpad, _ = _pad(query, qs, ql, both[0], masked=False)
     ppad, _ = _pad(points, ps, pl, both[1], masked=False)
+    self_search = query is points and (query_offsets is points_offsets or bool(torch.equal(qo, po)))
+    qpad = ppad if self_search else _pad(query, qs, ql, both[0], masked=False)[0]
     dist2, idx = op(qpad, ppad, *extra, k, ql, pl)
     b, rows = _unpad_rows(qo, query.shape[0], both[0])
     dist2 = _unpad(dist2, qo, query.shape[0], rows)
