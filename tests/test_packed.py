@@ -171,6 +171,8 @@ def test_packed_layout_errors():
         pcgeom.knn(q[None], p[None], 2, query_offsets=torch.tensor([5]))
     with pytest.raises(ValueError, match="the D of query"):
         pcgeom.knn(q, torch.rand(6, 2), 2)
+    with pytest.raises(ValueError, match=r"query must have shape \(B, M, D\), got \(5, 3\)"):
+        pcgeom.knn(q, p[None], 2)  # layouts cannot be mixed
     with pytest.raises(ValueError, match=r"offsets\[-1\] must equal the number of packed rows 6, got 5"):
         pcgeom.farthest_point_sample(p, 2, offsets=torch.tensor([2, 5]))
     with pytest.raises(ValueError, match=r"n_samples must be an int or have shape \(2,\)"):

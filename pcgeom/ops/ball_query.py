@@ -39,7 +39,7 @@ def ball_query(query, points, radius, k, *, query_lengths=None, points_lengths=N
         [[[0, 1, -1]]]
     """
     fn = "ball_query"
-    if isinstance(query, torch.Tensor) and query.dim() == 2:
+    if isinstance(query, torch.Tensor) and isinstance(points, torch.Tensor) and query.dim() == 2 == points.dim():
         from pcgeom.ops.packed import packed_ball_query
 
         return KNNResult(*packed_ball_query(query, points, radius, k, query_offsets, points_offsets,

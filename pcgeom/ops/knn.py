@@ -62,7 +62,7 @@ def knn(query, points, k, *, query_lengths=None, points_lengths=None,
         [1.0, 1.0, 4.0]
     """
     fn = "knn"
-    if isinstance(query, torch.Tensor) and query.dim() == 2:
+    if isinstance(query, torch.Tensor) and isinstance(points, torch.Tensor) and query.dim() == 2 == points.dim():
         from pcgeom.ops.packed import packed_knn
 
         return KNNResult(*packed_knn(query, points, k, query_offsets, points_offsets,
