@@ -9,6 +9,7 @@ folder, and restored when the session ends.
 import importlib.util
 import os
 import sys
+import warnings
 
 import pcgeom.compat.torch_cluster as _shim
 
@@ -16,6 +17,11 @@ _HERE = os.path.dirname(__file__)
 _spec = importlib.util.spec_from_file_location("torch_cluster.testing", os.path.join(_HERE, "testing.py"))
 _testing = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_testing)
+
+# Collection of the upstream files warns (itertools.product passed to
+# parametrize, torch.jit.script deprecated); the warnings are not about pcgeom.
+warnings.filterwarnings("ignore", message="Passing a non-Collection iterable")
+warnings.filterwarnings("ignore", message="`torch.jit.script` is deprecated")
 
 _saved = {name: sys.modules.get(name) for name in ("torch_cluster", "torch_cluster.testing")}
 sys.modules["torch_cluster"] = _shim
