@@ -10,27 +10,39 @@ PointNet++'s feature ops (``group_features``, ``fill_missing``,
 """
 
 from pcgeom._backend import backend_info
-from pcgeom.ops import KNNResult, ball_query, farthest_point_sample, knn, knn_gather
+from pcgeom.ops import KNNResult, ball_query, farthest_point_sample, knn, knn_gather, pack, unpack
 from pcgeom.grouping import GroupLevel, group_hierarchical, group_patches
 from pcgeom.chamfer import chamfer_distance
 from pcgeom.features import fill_missing, group_features, interpolate_features
+from pcgeom.graph import edge_features, knn_graph, radius_graph
+from pcgeom.grid import GridSubsampleResult, grid_subsample
+from pcgeom.serialization import SerializedOrder, serialize
 # Submodules users reach as attributes (pcgeom.nn.KNNClassifier, pcgeom.metrics.add, ...).
 from pcgeom import compat, data, distributed, io, losses, metrics, nn  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "GridSubsampleResult",
     "GroupLevel",
     "KNNResult",
+    "SerializedOrder",
     "backend_info",
     "ball_query",
     "chamfer_distance",
+    "edge_features",
     "farthest_point_sample",
     "fill_missing",
+    "grid_subsample",
     "group_features",
     "group_hierarchical",
     "group_patches",
     "interpolate_features",
     "knn",
     "knn_gather",
+    "knn_graph",
+    "pack",
+    "radius_graph",
+    "serialize",
+    "unpack",
 ]

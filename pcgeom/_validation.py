@@ -111,3 +111,11 @@ def check_index_tensor(fn: str, name: str, idx, ndim: int, layout: str) -> None:
     check_tensor(fn, name, idx, ndim, layout)
     if idx.dtype != torch.int64:
         raise TypeError(f"{fn}: {name} must be int64, got {idx.dtype}")
+
+
+def check_offsets_unused(fn: str, *offsets) -> None:
+    """Offsets belong to the packed (2-D) layout; with padded inputs they are a mistake."""
+    if any(o is not None for o in offsets):
+        raise ValueError(
+            f"{fn}: *offsets= are for packed (N_total, D) inputs; padded (B, N, D) inputs take *lengths="
+        )

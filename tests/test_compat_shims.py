@@ -28,9 +28,35 @@ def _run(code, *, env_extra=None, cwd=None):
 
 def test_registry_names_every_upstream_module():
     assert set(shims.SHIMS) == {"knn_cuda", "pointnet2_ops", "pointnet2_ops.pointnet2_utils",
-                                "pointnet2_ops.pointnet2_modules", "chamfer"}
+                                "pointnet2_ops.pointnet2_modules", "chamfer", "torch_cluster"}
     for target in shims.SHIMS.values():
         assert target.startswith("pcgeom.compat.")
+
+
+def test_torch_cluster_served_through_the_opt_in():
+    # PyG / DGCNN code imports the names directly from torch_cluster.
+    _run("""
+        import torch, pcgeom.compat
+        try:
+            import torch_cluster
+        except ImportError:
+            pass
+        else:
+            raise SystemExit("torch_cluster importable before the opt-in")
+        pcgeom.compat.enable_shims()
+        from torch_cluster import knn_graph, fps
+        import torch_cluster
+        assert torch_cluster.__pcgeom_shim__ == "pcgeom.compat.torch_cluster", torch_cluster.__pcgeom_shim__
+        x = torch.tensor([[-1.0, -1.0], [-1.0, 1.0], [1.0, -1.0], [1.0, 1.0]])
+        batch = torch.tensor([0, 0, 0, 0])
+        edge_index = knn_graph(x, k=2, batch=batch, loop=False)
+        assert edge_index.shape == (2, 8), edge_index.shape
+        # every node's two neighbours are the two points at distance 2 (not the diagonal)
+        d = (x[edge_index[0]] - x[edge_index[1]]).pow(2).sum(-1)
+        assert torch.equal(d, torch.full((8,), 4.0)), d
+        assert fps(x, batch, ratio=0.5, random_start=False).tolist() == [0, 3]
+        pcgeom.compat.disable_shims()
+    """)
 
 
 def test_off_by_default_then_enable_disable_in_process():

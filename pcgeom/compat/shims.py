@@ -35,6 +35,7 @@ SHIMS: dict[str, str] = {
     "pointnet2_ops.pointnet2_utils": "pcgeom.compat.pointnet2_ops",
     "pointnet2_ops.pointnet2_modules": "pcgeom.compat.pointnet2_modules",
     "chamfer": "pcgeom.compat.chamfer_ext",
+    "torch_cluster": "pcgeom.compat.torch_cluster",
 }
 
 PTH_NAME = "pcgeom-shims.pth"

@@ -6,5 +6,6 @@ from pcgeom.ops.knn import KNNResult, knn
 from pcgeom.ops.ball_query import ball_query
 from pcgeom.ops.knn_gather import knn_gather
 from pcgeom.ops.farthest_point_sample import farthest_point_sample
+from pcgeom.ops.packed import pack, unpack
 
-__all__ = ["KNNResult", "knn", "ball_query", "knn_gather", "farthest_point_sample"]
+__all__ = ["KNNResult", "knn", "ball_query", "knn_gather", "farthest_point_sample", "pack", "unpack"]

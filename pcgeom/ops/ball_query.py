@@ -11,7 +11,8 @@ from pcgeom.ops.knn import KNNResult
 _ORDERS = ("distance", "index")
 
 
-def ball_query(query, points, radius, k, *, query_lengths=None, points_lengths=None, order="distance") -> KNNResult:
+def ball_query(query, points, radius, k, *, query_lengths=None, points_lengths=None, order="distance",
+               query_offsets=None, points_offsets=None) -> KNNResult:
     """Up to ``k`` neighbours with ``dist2 <= radius**2``.
 
     With ``order="distance"`` (default) the same contract as :func:`pcgeom.knn`
@@ -35,6 +36,8 @@ def ball_query(query, points, radius, k, *, query_lengths=None, points_lengths=N
         k: int >= 1, the maximum number of neighbours returned.
         query_lengths, points_lengths: optional int ``(B,)`` ragged lengths.
         order: ``"distance"`` (nearest first) or ``"index"`` (first in index order).
+        query_offsets, points_offsets: packed layout (2-D inputs), as in
+            :func:`pcgeom.knn`; outputs ``(M_total, k)``, indices global.
 
     Returns:
         ``KNNResult(dist2 (B, M, k), idx (B, M, k) int64)``; differentiable
@@ -49,13 +52,20 @@ def ball_query(query, points, radius, k, *, query_lengths=None, points_lengths=N
         [[[0, 1]]]
     """
     fn = "ball_query"
+    if order not in _ORDERS:
+        raise ValueError(f"{fn}: order must be one of {_ORDERS}, got {order!r}")
+    if isinstance(query, torch.Tensor) and isinstance(points, torch.Tensor) and query.dim() == 2 == points.dim():
+        from pcgeom.ops.packed import packed_ball_query
+
+        return KNNResult(*packed_ball_query(query, points, radius, k, query_offsets, points_offsets,
+                                            query_lengths is not None or points_lengths is not None,
+                                            index_order=order == "index"))
+    V.check_offsets_unused(fn, query_offsets, points_offsets)
     V.check_points(fn, "query", query, "(B, M, D)")
     V.check_points(fn, "points", points, "(B, N, D)")
     V.check_pair(fn, "query", query, "points", points)
     radius = V.check_float(fn, "radius", radius, minimum=0.0)
     k = V.check_int(fn, "k", k, minimum=1)
-    if order not in _ORDERS:
-        raise ValueError(f"{fn}: order must be one of {_ORDERS}, got {order!r}")
     B, M, _ = query.shape
     N = points.shape[1]
     ql = V.lengths_arg(fn, "query_lengths", query_lengths, B, M, query.device)

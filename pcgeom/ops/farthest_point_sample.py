@@ -9,7 +9,7 @@ import torch
 from pcgeom import _validation as V
 
 
-def farthest_point_sample(points, n_samples, *, lengths=None, start_index=0) -> torch.Tensor:
+def farthest_point_sample(points, n_samples, *, lengths=None, start_index=0, offsets=None) -> torch.Tensor:
     """Indices of ``n_samples`` points chosen by greedy farthest point sampling.
 
     The first sample is ``start_index``; each next one is the point whose
@@ -26,6 +26,12 @@ def farthest_point_sample(points, n_samples, *, lengths=None, start_index=0) -> 
         start_index: int, or an int ``(B,)`` tensor, in ``[0, lengths[b])``.
             For random starts draw them from torch's generator, e.g.
             ``torch.randint(0, N, (B,), generator=g)``.
+        offsets: the **packed** layout instead: 2-D ``points (N_total, D)``
+            with int ``(B,)`` cumulative end offsets.  ``n_samples`` is then an
+            int or an int ``(B,)`` tensor of per-cloud counts, ``start_index``
+            is local to each cloud, and the result is ``idx (sum n_samples,)``
+            -- cloud after cloud, global into the packed points, ``-1`` where a
+            cloud has fewer points than samples.
 
     Returns:
         ``idx (B, n_samples)`` int64, 0-based, in selection order; slots
@@ -39,6 +45,11 @@ def farthest_point_sample(points, n_samples, *, lengths=None, start_index=0) -> 
         [[0, 2, 3]]
     """
     fn = "farthest_point_sample"
+    if isinstance(points, torch.Tensor) and points.dim() == 2:
+        from pcgeom.ops.packed import packed_farthest_point_sample
+
+        return packed_farthest_point_sample(points, n_samples, offsets, start_index, lengths is not None)
+    V.check_offsets_unused(fn, offsets)
     V.check_points(fn, "points", points, "(B, N, D)")
     n_samples = V.check_int(fn, "n_samples", n_samples, minimum=1)
     B, N, _ = points.shape

@@ -17,7 +17,8 @@ class KNNResult(NamedTuple):
     idx: torch.Tensor
 
 
-def knn(query, points, k, *, query_lengths=None, points_lengths=None) -> KNNResult:
+def knn(query, points, k, *, query_lengths=None, points_lengths=None,
+        query_offsets=None, points_offsets=None) -> KNNResult:
     """K nearest neighbours of each query point among ``points``, exactly.
 
     Args:
@@ -27,6 +28,11 @@ def knn(query, points, k, *, query_lengths=None, points_lengths=None) -> KNNResu
         query_lengths: optional int ``(B,)``; rows ``m >= query_lengths[b]`` are padding.
         points_lengths: optional int ``(B,)``; only ``points[b, :points_lengths[b]]``
             are searched.
+        query_offsets, points_offsets: the **packed** layout instead: 2-D
+            ``query (M_total, D)`` / ``points (N_total, D)`` with int ``(B,)``
+            cumulative end offsets (Pointcept's ``offset``; ``None`` = one
+            cloud).  Then ``dist2`` / ``idx`` are ``(M_total, k)`` and ``idx``
+            is global into the packed ``points``; see :mod:`pcgeom.ops.packed`.
 
     Returns:
         ``KNNResult(dist2, idx)``:
@@ -56,6 +62,12 @@ def knn(query, points, k, *, query_lengths=None, points_lengths=None) -> KNNResu
         [1.0, 1.0, 4.0]
     """
     fn = "knn"
+    if isinstance(query, torch.Tensor) and isinstance(points, torch.Tensor) and query.dim() == 2 == points.dim():
+        from pcgeom.ops.packed import packed_knn
+
+        return KNNResult(*packed_knn(query, points, k, query_offsets, points_offsets,
+                                     query_lengths is not None or points_lengths is not None))
+    V.check_offsets_unused(fn, query_offsets, points_offsets)
     V.check_points(fn, "query", query, "(B, M, D)")
     V.check_points(fn, "points", points, "(B, N, D)")
     V.check_pair(fn, "query", query, "points", points)
