@@ -18,6 +18,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -30,6 +32,7 @@
 #include "knn/knn_blocked_cpu.h"
 #include "knn/knn_common.h"
 #include "knn/knn_scan_cpu.h"
+#include "knn/knn_tile_cpu.h"
 #include "knn/knn_tree_cpu.h"
 
 namespace pcgeom {
@@ -121,7 +124,9 @@ struct WorkItem {
 
 // The KD-tree pays off when there are enough queries to amortise the build and
 // k is small against the cloud; otherwise the direct scan wins.
-inline bool choose_tree(int64_t M_b, int64_t n_finite, int64_t K) {
+inline bool choose_tree(int64_t M_b, int64_t n_finite, int64_t K, KnnPath path) {
+  if (path == KnnPath::kTree) return n_finite > 0;
+  if (path != KnnPath::kAuto) return false;
   if (n_finite < 256) return false;
   if (K * 8 > n_finite) return false;
   const double lg = std::log2(static_cast<double>(n_finite));
@@ -135,7 +140,7 @@ inline bool choose_tree(int64_t M_b, int64_t n_finite, int64_t K) {
 template <int D, typename A>
 void prepare_lowd_cloud(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int64_t b,
                         int64_t M, int64_t N, int64_t K, bool self_query, bool parallel,
-                        LowDCloud<D, A>& c, std::vector<WorkItem>& items, A* out_d,
+                        KnnPath path, LowDCloud<D, A>& c, std::vector<WorkItem>& items, A* out_d,
                         int64_t* out_i) {
   const int64_t L = pl[b];
   const int64_t Mq = ql[b];
@@ -149,7 +154,7 @@ void prepare_lowd_cloud(const A* q, const A* p, const int64_t* ql, const int64_t
     if (!cpu::all_finite<D, A>(pb + j * D)) c.nonfinite.push_back(static_cast<int32_t>(j));
   }
   const int64_t n_finite = L - static_cast<int64_t>(c.nonfinite.size());
-  c.use_tree = choose_tree(Mq, n_finite, K);
+  c.use_tree = choose_tree(Mq, n_finite, K, path);
   const int32_t cb = static_cast<int32_t>(b);
   if (c.use_tree) {
     KdBuilder<D, A> bl(&c.tree);
@@ -246,8 +251,8 @@ void prepare_lowd_cloud(const A* q, const A* p, const int64_t* ql, const int64_t
 
 template <int D, typename A>
 void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int64_t B, int64_t M,
-              int64_t N, int64_t K, bool use_radius, double radius2, bool self_query, A* out_d,
-              int64_t* out_i) {
+              int64_t N, int64_t K, bool use_radius, double radius2, bool self_query, KnnPath path,
+              A* out_d, int64_t* out_i) {
   using Key = typename FiniteKey<A>::type;
   const A r2 = static_cast<A>(radius2);
   std::vector<LowDCloud<D, A>> clouds(B);
@@ -263,13 +268,13 @@ void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int6
   if (B >= threads || light) {
     torch::stable::parallel_for(0, B, light ? B : 1, [&](int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b) {
-        prepare_lowd_cloud<D, A>(q, p, ql, pl, b, M, N, K, self_query, false, clouds[b],
+        prepare_lowd_cloud<D, A>(q, p, ql, pl, b, M, N, K, self_query, false, path, clouds[b],
                                  items_per_cloud[b], out_d, out_i);
       }
     });
   } else {
     for (int64_t b = 0; b < B; ++b) {
-      prepare_lowd_cloud<D, A>(q, p, ql, pl, b, M, N, K, self_query, true, clouds[b],
+      prepare_lowd_cloud<D, A>(q, p, ql, pl, b, M, N, K, self_query, true, path, clouds[b],
                                items_per_cloud[b], out_d, out_i);
     }
   }
@@ -294,6 +299,11 @@ void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int6
           const int64_t b = it.cloud;
           const LowDCloud<D, A>& c = clouds[b];
           const A* pb = p + b * N * D;
+          if (it.leaf < 0 && path != KnnPath::kScan) {
+            knn_tile_rows<A>(q + b * M * D, c.scan_q.data() + it.first, it.count, pb, pl[b], D,
+                             K, use_radius, r2, out_d + b * M * K, out_i + b * M * K);
+            continue;
+          }
           if (it.leaf < 0) {
             for (int64_t s = 0; s < it.count; ++s) {
               const int64_t m = c.scan_q[it.first + s];
@@ -349,11 +359,13 @@ void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int6
 template <typename A>
 bool knn_lowd_dispatch(int64_t D, const A* q, const A* p, const int64_t* ql, const int64_t* pl,
                        int64_t B, int64_t M, int64_t N, int64_t K, bool use_radius,
-                       double radius2, bool self_query, A* out_d, int64_t* out_i) {
+                       double radius2, bool self_query, KnnPath path, A* out_d,
+                       int64_t* out_i) {
   switch (D) {
 #define PCGEOM_LOWD_CASE(DD)                                                                 \
   case DD:                                                                                   \
-    knn_lowd<DD, A>(q, p, ql, pl, B, M, N, K, use_radius, radius2, self_query, out_d, out_i); \
+    knn_lowd<DD, A>(q, p, ql, pl, B, M, N, K, use_radius, radius2, self_query, path, out_d, \
+                    out_i);                                                                  \
     return true;
     PCGEOM_LOWD_CASE(1)
     PCGEOM_LOWD_CASE(2)
@@ -369,23 +381,55 @@ bool knn_lowd_dispatch(int64_t D, const A* q, const A* p, const int64_t* ql, con
   }
 }
 
+// The dispatcher: which kernel serves a call (D <= 8: `kAuto` = a KD-tree or
+// the tile path per cloud, see choose_tree).  RULE_PLACEHOLDER
+inline bool blocked_pays(int64_t M, int64_t N, int64_t D, int64_t K) {
+  return N >= 512 && 4 * K <= N && M >= 16;
+}
+
+inline KnnPath choose_path(int64_t B, int64_t M, int64_t N, int64_t D, int64_t K) {
+  if (D <= kMaxTreeDim) return KnnPath::kAuto;
+  if (blocked_pays(M, N, D, K)) return KnnPath::kBlocked;
+  return KnnPath::kTile;
+}
+
 // The search on float32 / float64 arrays; `dist` has the same dtype.
 template <typename A>
 void knn_search_acc(const A* qp, const A* pp, const int64_t* qlp, const int64_t* plp, int64_t B,
                     int64_t M, int64_t N, int64_t D, int64_t k, bool use_radius, double radius2,
                     bool self_query, A* od, int64_t* oi) {
-  // The tree and blocked paths store point indices as int32.
+  // The tree, blocked and tile paths store point indices as int32.
   const bool small_index = N < (int64_t(1) << 31) - 1;
-  if (small_index && D <= kMaxTreeDim &&
-      knn_lowd_dispatch<A>(D, qp, pp, qlp, plp, B, M, N, k, use_radius, radius2, self_query, od,
-                           oi)) {
+  if (!small_index) {
+    knn_brute_kernel<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, od, oi);
     return;
   }
-  if (small_index) {
-    knn_blocked_cpu<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, self_query, od, oi);
-    return;
+  const KnnPath forced = knn_path_override();
+  KnnPath path = forced;
+  if (path == KnnPath::kTree && D > kMaxTreeDim) path = KnnPath::kAuto;
+  if (path == KnnPath::kAuto) path = choose_path(B, M, N, D, k);
+  switch (path) {
+    case KnnPath::kBlocked:
+      knn_blocked_cpu<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, self_query,
+                         forced == KnnPath::kBlocked, od, oi);
+      return;
+    case KnnPath::kTile:
+      knn_tile_cpu<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, od, oi);
+      return;
+    case KnnPath::kScan:
+      if (D > kMaxTreeDim) {
+        knn_brute_kernel<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, od, oi);
+        return;
+      }
+      break;
+    default:
+      break;
   }
-  knn_brute_kernel<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, od, oi);
+  // kAuto here means the per-cloud KD-tree / tile choice of knn_lowd.
+  knn_lowd_dispatch<A>(D, qp, pp, qlp, plp, B, M, N, k, use_radius, radius2, self_query,
+                       forced == KnnPath::kTree || forced == KnnPath::kScan ? forced
+                                                                            : KnnPath::kAuto,
+                       od, oi);
 }
 
 // ---------------------------------------------------------------------------
