@@ -346,6 +346,7 @@ struct CloudWork {
   std::vector<QueryState<A>> states;
   std::vector<A> tv;           // per query: keep candidates with v <= tv
   int64_t nblocks = 0;         // query blocks (row blocks of the tile grid)
+  int64_t qblock = kBlock;     // rows per query block
 
   // Query i of the GEMM is row qsrc()[qmap()[i]].
   const A* qsrc() const { return symmetric ? pb : qb; }
@@ -408,7 +409,14 @@ void prepare_cloud(const A* qb, const A* pb, int64_t Lq, int64_t L, int64_t D, i
   for (int64_t i = 0; i < nQ; ++i) {
     w->states[i].init(qn[i], c.pmax, delta, K, use_radius, r2, &w->tv[i]);
   }
-  w->nblocks = (nQ + kBlock - 1) / kBlock;
+  if (!w->symmetric) {
+    // A query block is one task: with few queries, smaller blocks keep every
+    // thread busy (a 64 x 16384 gallery search is otherwise one task).
+    const int64_t threads = std::max<int64_t>(1, torch::stable::get_num_threads());
+    const int64_t want = (nQ + 2 * threads - 1) / (2 * threads);
+    w->qblock = std::min<int64_t>(kBlock, std::max<int64_t>(16, (want + 15) / 16 * 16));
+  }
+  w->nblocks = (nQ + w->qblock - 1) / w->qblock;
 }
 
 // One tile task: query block I against point block J of one cloud.  For a
@@ -436,8 +444,8 @@ void run_tile(CloudWork<A>& w, const TileTask& t, int64_t D, int64_t K, std::vec
               std::vector<A>& vbuf, std::vector<A>& QI, std::vector<A>& PJ) {
   const Cloud<A>& c = w.c;
   const int64_t nF = static_cast<int64_t>(c.fidx.size());
-  const int64_t i0 = t.I * kBlock;
-  const int64_t ri = std::min(kBlock, w.nq() - i0);
+  const int64_t i0 = t.I * w.qblock;
+  const int64_t ri = std::min(w.qblock, w.nq() - i0);
   G.resize(kBlock * kBlock);
   QI.resize(kBlock * D);
   PJ.resize(kBlock * D);

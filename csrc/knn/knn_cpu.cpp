@@ -290,10 +290,12 @@ void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int6
       [&](int64_t begin, int64_t end) {
         cpu::GroupSearch<D, A> gs(K, use_radius, r2);
         std::vector<A> qa(cpu::kMaxGroup * D);
-        std::vector<Key> keys(cpu::kMaxGroup * K);
+        // Sized on the first tree item: a call served by the tile path alone
+        // (k up to N) must not hold kMaxGroup * k keys per thread.
+        std::vector<Key> keys;
         std::vector<FiniteTopK<A>> tops;
-        std::vector<A> bd(K);
-        std::vector<int64_t> bi(K);
+        std::vector<A> bd;
+        std::vector<int64_t> bi;
         for (int64_t w = begin; w < end; ++w) {
           const WorkItem& it = items[w];
           const int64_t b = it.cloud;
@@ -303,6 +305,10 @@ void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int6
             knn_tile_rows<A>(q + b * M * D, c.scan_q.data() + it.first, it.count, pb, pl[b], D,
                              K, use_radius, r2, out_d + b * M * K, out_i + b * M * K);
             continue;
+          }
+          if (bd.empty()) {
+            bd.resize(K);
+            bi.resize(K);
           }
           if (it.leaf < 0) {
             for (int64_t s = 0; s < it.count; ++s) {
@@ -326,6 +332,7 @@ void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int6
               ghi[d] = i == 0 || src[d] > ghi[d] ? src[d] : ghi[d];
             }
           }
+          if (keys.empty()) keys.resize(cpu::kMaxGroup * K);
           tops.clear();
           for (int64_t i = 0; i < g; ++i) tops.emplace_back(keys.data() + i * K, K);
           gs.run(c.tree, qa.data(), g, tops.data(), glo, ghi);

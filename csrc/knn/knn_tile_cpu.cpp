@@ -31,7 +31,7 @@
 #include <torch/csrc/stable/ops.h>
 
 #include "common/pcgeom_common.h"
-#include "knn/knn_common.h"
+#include "knn/knn_scan_cpu.h"
 
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
 #define PCGEOM_TILE_AVX2 1
@@ -93,12 +93,56 @@ struct TileKey<double> {
   static bool less(type a, type b) { return a.bits < b.bits || (a.bits == b.bits && a.i < b.i); }
 };
 
+// Sorts keys ascending.  float32 keys are plain uint64: above a few hundred
+// keys an LSD radix sort (11-bit digits, passes whose digit is the same for
+// every key skipped -- the high index bits, usually) beats a comparison sort
+// several times, which matters when k is a large share of N.
+inline void sort_keys(uint64_t* a, int64_t n, uint64_t* tmp) {
+  if (n < 384) {
+    std::sort(a, a + n);
+    return;
+  }
+  constexpr int kBits = 11;
+  constexpr int kPasses = 6;  // 66 bits >= 64
+  constexpr int64_t kBuckets = int64_t(1) << kBits;
+  std::vector<int64_t> hist(kPasses * kBuckets, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t x = a[i];
+    for (int p = 0; p < kPasses; ++p) ++hist[p * kBuckets + ((x >> (p * kBits)) & (kBuckets - 1))];
+  }
+  uint64_t* src = a;
+  uint64_t* dst = tmp;
+  for (int p = 0; p < kPasses; ++p) {
+    int64_t* h = hist.data() + p * kBuckets;
+    const uint64_t first = (src[0] >> (p * kBits)) & (kBuckets - 1);
+    if (h[first] == n) continue;  // one digit value: the pass would not move anything
+    int64_t sum = 0;
+    for (int64_t b = 0; b < kBuckets; ++b) {
+      const int64_t c = h[b];
+      h[b] = sum;
+      sum += c;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const uint64_t x = src[i];
+      dst[h[(x >> (p * kBits)) & (kBuckets - 1)]++] = x;
+    }
+    std::swap(src, dst);
+  }
+  if (src != a) std::copy(src, src + n, a);
+}
+
+template <typename Key>
+inline void sort_keys(Key* a, int64_t n, Key* /*tmp*/) {
+  std::sort(a, a + n, [](const Key& x, const Key& y) { return TileKey<double>::less(x, y); });
+}
+
 template <typename A>
 struct Scratch {
   using Key = typename TileKey<A>::type;
   std::vector<A> X;  // D x kT, transposed tile
   std::vector<A> dist;
   std::vector<Key> keys;  // per row: cap + kT keys
+  std::vector<Key> tmp;   // radix sort buffer (cap + kT keys)
   std::vector<int64_t> count;
   std::vector<A> thr;
 };
@@ -124,19 +168,90 @@ PCGEOM_TILE_INLINE void tile_group_impl(const A* qb, const int32_t* rows, int64_
     cnt[i] = 0;
     thr[i] = use_radius ? r2 : pos_inf<A>();
   }
+  // Appends the candidates of one query's tile row; cuts back to k when full.
+  auto filter = [&](int64_t i, const A* drow, int64_t j0, int64_t tn) {
+    Key* kb = keys + i * stride;
+    int64_t c = cnt[i];
+    const A w = thr[i];
+    for (int64_t t0 = 0; t0 < tn; t0 += kW) {
+      const int64_t un = std::min(kW, tn - t0);
+      const A* dv = drow + t0;
+      int any = 0;
+      if (use_radius) {
+        for (int64_t u = 0; u < kW; ++u) any |= dv[u] <= w;
+      } else {
+        for (int64_t u = 0; u < kW; ++u) any |= !(dv[u] > w);
+      }
+      if (!any) continue;  // (padding lanes may set `any`: that only costs a pass)
+      if (use_radius) {
+        for (int64_t u = 0; u < un; ++u) {
+          kb[c] = F::make(dv[u], j0 + t0 + u);
+          c += dv[u] <= w;
+        }
+      } else {
+        for (int64_t u = 0; u < un; ++u) {
+          kb[c] = F::make(dv[u], j0 + t0 + u);
+          c += !(dv[u] > w);
+        }
+      }
+    }
+    if (c >= cap && c > K) {
+      std::nth_element(kb, kb + (K - 1), kb + c, less);
+      c = K;
+      // k-th distance so far (NaN: no bound yet, everything still enters).
+      thr[i] = F::dist(kb[K - 1]);
+    }
+    cnt[i] = c;
+  };
+  auto qrow = [&](int64_t i) { return qb + (rows ? rows[g0 + i] : g0 + i) * D; };
   for (int64_t j0 = 0; j0 < L; j0 += kT) {
     const int64_t tn = std::min(kT, L - j0);
     const int64_t tp = (tn + kW - 1) / kW * kW;
     const A* src = pb + j0 * D;
-    for (int64_t t = 0; t < tn; ++t) {
-      for (int64_t d = 0; d < D; ++d) X[d * kT + t] = src[t * D + d];
+    // Transpose 16 rows at a time: 16 sequential read streams, contiguous writes.
+    for (int64_t t0 = 0; t0 < tn; t0 += kW) {
+      const int64_t un = std::min(kW, tn - t0);
+      for (int64_t d = 0; d < D; ++d) {
+        A* xd = X + d * kT + t0;
+        for (int64_t u = 0; u < un; ++u) xd[u] = src[(t0 + u) * D + d];
+      }
     }
     for (int64_t d = 0; d < D; ++d) {
       for (int64_t t = tn; t < tp; ++t) X[d * kT + t] = A(0);
     }
-    for (int64_t i = 0; i < gn; ++i) {
-      const int64_t m = rows ? rows[g0 + i] : g0 + i;
-      const A* qr = qb + m * D;
+    int64_t i = 0;
+    // Four queries at a time share every load of the tile (register blocking).
+    for (; i + 4 <= gn; i += 4) {
+      const A* q0 = qrow(i);
+      const A* q1 = qrow(i + 1);
+      const A* q2 = qrow(i + 2);
+      const A* q3 = qrow(i + 3);
+      for (int64_t t0 = 0; t0 < tp; t0 += kW) {
+        A a0[kW], a1[kW], a2[kW], a3[kW];
+        for (int64_t u = 0; u < kW; ++u) a0[u] = a1[u] = a2[u] = a3[u] = A(0);
+        for (int64_t d = 0; d < D; ++d) {
+          const A c0 = q0[d], c1 = q1[d], c2 = q2[d], c3 = q3[d];
+          const A* x = X + d * kT + t0;
+          for (int64_t u = 0; u < kW; ++u) {
+            const A xv = x[u];
+            const A e0 = c0 - xv, e1 = c1 - xv, e2 = c2 - xv, e3 = c3 - xv;
+            a0[u] += e0 * e0;
+            a1[u] += e1 * e1;
+            a2[u] += e2 * e2;
+            a3[u] += e3 * e3;
+          }
+        }
+        for (int64_t u = 0; u < kW; ++u) {
+          dist[t0 + u] = a0[u];
+          dist[kT + t0 + u] = a1[u];
+          dist[2 * kT + t0 + u] = a2[u];
+          dist[3 * kT + t0 + u] = a3[u];
+        }
+      }
+      for (int r = 0; r < 4; ++r) filter(i + r, dist + r * kT, j0, tn);
+    }
+    for (; i < gn; ++i) {
+      const A* qr = qrow(i);
       for (int64_t t0 = 0; t0 < tp; t0 += kW) {
         A acc[kW];
         for (int64_t u = 0; u < kW; ++u) acc[u] = A(0);
@@ -150,38 +265,7 @@ PCGEOM_TILE_INLINE void tile_group_impl(const A* qb, const int32_t* rows, int64_
         }
         for (int64_t u = 0; u < kW; ++u) dist[t0 + u] = acc[u];
       }
-      Key* kb = keys + i * stride;
-      int64_t c = cnt[i];
-      const A w = thr[i];
-      for (int64_t t0 = 0; t0 < tn; t0 += kW) {
-        const int64_t un = std::min(kW, tn - t0);
-        const A* dv = dist + t0;
-        int any = 0;
-        if (use_radius) {
-          for (int64_t u = 0; u < kW; ++u) any |= dv[u] <= w;
-        } else {
-          for (int64_t u = 0; u < kW; ++u) any |= !(dv[u] > w);
-        }
-        if (!any) continue;  // (padding lanes may set `any`: only costs a pass)
-        if (use_radius) {
-          for (int64_t u = 0; u < un; ++u) {
-            kb[c] = F::make(dv[u], j0 + t0 + u);
-            c += dv[u] <= w;
-          }
-        } else {
-          for (int64_t u = 0; u < un; ++u) {
-            kb[c] = F::make(dv[u], j0 + t0 + u);
-            c += !(dv[u] > w);
-          }
-        }
-      }
-      if (c >= cap && c > K) {
-        std::nth_element(kb, kb + (K - 1), kb + c, less);
-        c = K;
-        // k-th distance so far (NaN: no bound yet, everything still enters).
-        thr[i] = F::dist(kb[K - 1]);
-      }
-      cnt[i] = c;
+      filter(i, dist, j0, tn);
     }
   }
   for (int64_t i = 0; i < gn; ++i) {
@@ -193,7 +277,7 @@ PCGEOM_TILE_INLINE void tile_group_impl(const A* qb, const int32_t* rows, int64_
       std::nth_element(kb, kb + (K - 1), kb + n, less);
       n = K;
     }
-    std::sort(kb, kb + n, less);
+    sort_keys(kb, n, s.tmp.data());
     A* o = od + m * K;
     int64_t* oix = oi + m * K;
     for (int64_t r = 0; r < n; ++r) {
@@ -280,8 +364,9 @@ void knn_tile_rows(const A* qb, const int32_t* rows, int64_t nrows, const A* pb,
   const int64_t G = std::max<int64_t>(1, std::min<int64_t>({kMaxRows, nrows, budget / stride}));
   Scratch<A> s;
   s.X.resize(D * kT);
-  s.dist.resize(kT);
+  s.dist.resize(4 * kT);
   s.keys.resize(G * stride);
+  s.tmp.resize(stride);
   s.count.resize(G);
   s.thr.resize(G);
   for (int64_t g0 = 0; g0 < nrows; g0 += G) {
@@ -310,14 +395,13 @@ void knn_tile_cpu(const A* q, const A* p, const int64_t* ql, const int64_t* pl, 
     }
   }
   const int64_t threads = std::max<int64_t>(1, torch::stable::get_num_threads());
-  // Rows per item: enough to amortise the tile transposes, few enough that
-  // every thread gets several items.
-  const int64_t spread = std::max<int64_t>(8, (total_rows + 4 * threads - 1) / (4 * threads));
+  // Rows per item: up to kMaxRows (each item transposes the cloud's tiles once
+  // for its rows), fewer when that would leave threads idle.
+  const int64_t R = std::max<int64_t>(
+      1, std::min<int64_t>(kMaxRows, (total_rows + 2 * threads - 1) / (2 * threads)));
   std::vector<Item> items;
   for (int64_t b = 0; b < B; ++b) {
     if (pl[b] <= 0 || ql[b] <= 0) continue;
-    const int64_t per = std::max<int64_t>(1, (4 * kParallelWork) / (pl[b] * D + K));
-    const int64_t R = std::max<int64_t>(1, std::min<int64_t>({kMaxRows, per, spread}));
     for (int64_t s = 0; s < ql[b]; s += R) items.push_back({b, s, std::min(R, ql[b] - s)});
   }
   const int64_t n = static_cast<int64_t>(items.size());
