@@ -1,14 +1,19 @@
 // CPU kernels of pcgeom::knn and pcgeom::knn_backward (also the search behind
 // ball_query).
 //
-// Three exact paths, chosen per call and per cloud:
+// Exact paths, chosen per call and per cloud by the dispatcher (choose_path,
+// choose_tree below, with the measurements behind the rule):
 //   * low dimensions (D <= 8): a KD-tree per cloud (common/kdtree_cpu.h) and a
 //     grouped best-first search (knn/knn_tree_cpu.h) for clouds that are large
 //     against k and have enough queries to pay for the build;
-//   * high dimensions: blocked GEMM candidate selection with exact re-ranking
-//     (knn/knn_blocked_cpu.cpp);
-//   * a direct scan for everything else (small clouds, k close to N, queries
-//     with NaN/inf coordinates).
+//   * high dimensions, large enough clouds: blocked GEMM candidate selection
+//     with exact re-ranking (knn/knn_blocked_cpu.cpp);
+//   * everything else -- small clouds, k a large share of N, small
+//     high-dimensional batches, NaN/inf queries: the tile path
+//     (knn/knn_tile_cpu.cpp), vectorised exact distances with a partial
+//     selection;
+//   * the scalar scan only for clouds of 2^31 points or more.
+// PCGEOM_KNN_CPU_PATH=tree|blocked|tile|scan forces one (knn_scan_cpu.h).
 // Every path evaluates the distances it keeps with the one formula of
 // pcgeom_common.h and ranks with the pcgeom key order, so all of them return
 // the reference's answer bit for bit.  float16/bfloat16 inputs run on float32
@@ -388,13 +393,41 @@ bool knn_lowd_dispatch(int64_t D, const A* q, const A* p, const int64_t* ql, con
   }
 }
 
-// The dispatcher: which kernel serves a call (D <= 8: `kAuto` = a KD-tree or
-// the tile path per cloud, see choose_tree).  RULE_PLACEHOLDER
+// The dispatcher: which kernel serves a call.
+//
+//   N >= 2^31 points                      -> scan (the other paths index in int32)
+//   D <= 8, per cloud (choose_tree):
+//     >= 256 finite points, 8k <= n and >= 2 log2(n) + 8 queries -> KD-tree
+//     otherwise                                                    -> tile
+//   D > 8, per call:
+//     N * D >= 2^18, 4k <= N and M >= 32  -> blocked GEMM (+ tile for the rows it
+//                                            cannot take: NaN/inf, overflow)
+//     otherwise                           -> tile
+//
+// Measured on the project's 2-core machine (2 threads, busy; best of interleaved
+// runs, ms, pcgeom kernel forced with PCGEOM_KNN_CPU_PATH):
+//   B x M x N, D, k          tree   tile  blocked  cdist+topk
+//   16 x 1024^2, 3, 32        50    139      -       417     tree while 8k <= N
+//   16 x 1024^2, 3, 128      237    292      -       625
+//   1 x 8192^2, 3, 512       478    831      -      1985
+//   64 x 224^2, 3, 100         -    140    306       192     tile for k > N/8
+//   16 x 1024^2, 3, 256        -    466   1150       802
+//   32 x 256^2, 64, 20         -     60     95       129     tile below N*D = 2^18
+//   4 x 1024^2, 64, 20         -     38     56       141
+//   16 x 1024^2, 16, 16        -     42     48        84
+//   8 x 512^2, 512, 32         -    108     88       142     blocked from N*D = 2^18
+//   1 x 2048^2, 128, 100       -     30     33        34
+//   4 x 4096^2, 64, 20         -    306    125       336
+//   1 x 2048^2, 128, 2048      -    214   1116       528     tile for k > N/4
+// (The direct tile computes 3 flops per coordinate pair; the GEMM does the bulk
+// at BLAS speed, but its candidate bookkeeping and re-ranking only pay once a
+// tile row is long and deep enough.)
 inline bool blocked_pays(int64_t M, int64_t N, int64_t D, int64_t K) {
-  return N >= 512 && 4 * K <= N && M >= 16;
+  return N * D >= (int64_t(1) << 18) && 4 * K <= N && M >= 32;
 }
 
 inline KnnPath choose_path(int64_t B, int64_t M, int64_t N, int64_t D, int64_t K) {
+  (void)B;
   if (D <= kMaxTreeDim) return KnnPath::kAuto;
   if (blocked_pays(M, N, D, K)) return KnnPath::kBlocked;
   return KnnPath::kTile;
