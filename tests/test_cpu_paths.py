@@ -331,12 +331,12 @@ def test_dispatcher_boundaries(monkeypatch):
     assert_knn_exact(p[:, :23].contiguous(), p, 8)
     assert_knn_exact(p[:, :255].contiguous(), p[:, :255].contiguous(), 8)
     f = random_cloud(1, 4096, 64, seed=81)  # blocked from N * D = 2^18, 4k <= N, M >= 32
-    assert_knn_exact(f[:, :32].contiguous(), f, 16)
-    assert_knn_exact(f[:, :31].contiguous(), f, 16)
+    assert_knn_exact(f[:, :32].contiguous(), f, 256)
+    assert_knn_exact(f[:, :31].contiguous(), f, 256)
     assert_knn_exact(f[:, :40].contiguous(), f, 1024)
     assert_knn_exact(f[:, :40].contiguous(), f, 1025)
     g = random_cloud(1, 4095, 64, seed=82)
-    assert_knn_exact(g[:, :40].contiguous(), g, 16)
+    assert_knn_exact(g[:, :40].contiguous(), g, 256)
 
 
 def test_unknown_path_value_means_auto(monkeypatch):

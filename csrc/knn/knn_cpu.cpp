@@ -428,7 +428,10 @@ inline bool blocked_pays(int64_t M, int64_t N, int64_t D, int64_t K) {
 
 inline KnnPath choose_path(int64_t B, int64_t M, int64_t N, int64_t D, int64_t K) {
   (void)B;
-  if (D <= kMaxTreeDim) return KnnPath::kAuto;
+  // choose_tree only grows more willing with more points and queries, so the
+  // padded sizes bound every cloud: if even they get no tree, no cloud does,
+  // and the call skips the per-cloud preparation.
+  if (D <= kMaxTreeDim) return choose_tree(M, N, K, KnnPath::kAuto) ? KnnPath::kAuto : KnnPath::kTile;
   if (blocked_pays(M, N, D, K)) return KnnPath::kBlocked;
   return KnnPath::kTile;
 }
