@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include <torch/csrc/stable/ops.h>
@@ -141,8 +142,10 @@ struct Scratch {
   using Key = typename TileKey<A>::type;
   std::vector<A> X;  // D x kT, transposed tile
   std::vector<A> dist;
-  std::vector<Key> keys;  // per row: cap + kT keys
-  std::vector<Key> tmp;   // radix sort buffer (cap + kT keys)
+  // Left uninitialised (no per-call memset: with many tiny clouds that
+  // would cost more than the search).
+  std::unique_ptr<Key[]> keys;  // per row: stride = cap + min(kT, L) keys
+  std::unique_ptr<Key[]> tmp;   // radix sort buffer (stride keys)
   std::vector<int64_t> count;
   std::vector<A> thr;
 };
@@ -157,8 +160,8 @@ PCGEOM_TILE_INLINE void tile_group_impl(const A* qb, const int32_t* rows, int64_
   using F = TileKey<A>;
   using Key = typename F::type;
   const int64_t D = DC > 0 ? DC : D_rt;
-  const int64_t stride = cap + kT;
-  Key* keys = s.keys.data();
+  const int64_t stride = cap + std::min(kT, L);
+  Key* keys = s.keys.get();
   int64_t* cnt = s.count.data();
   A* thr = s.thr.data();
   A* X = s.X.data();
@@ -277,7 +280,7 @@ PCGEOM_TILE_INLINE void tile_group_impl(const A* qb, const int32_t* rows, int64_
       std::nth_element(kb, kb + (K - 1), kb + n, less);
       n = K;
     }
-    sort_keys(kb, n, s.tmp.data());
+    sort_keys(kb, n, s.tmp.get());
     A* o = od + m * K;
     int64_t* oix = oi + m * K;
     for (int64_t r = 0; r < n; ++r) {
@@ -359,14 +362,15 @@ void knn_tile_rows(const A* qb, const int32_t* rows, int64_t nrows, const A* pb,
   using Key = typename TileKey<A>::type;
   // Never more than L keys survive a tile row; past that the buffer only grows.
   const int64_t cap = std::min<int64_t>(2 * K + 64, L);
-  const int64_t stride = cap + kT;
+  // A tile row appends at most min(kT, L) keys to a buffer holding < cap.
+  const int64_t stride = cap + std::min(kT, L);
   const int64_t budget = (int64_t(1) << 20) / static_cast<int64_t>(sizeof(Key));
   const int64_t G = std::max<int64_t>(1, std::min<int64_t>({kMaxRows, nrows, budget / stride}));
   Scratch<A> s;
   s.X.resize(D * kT);
   s.dist.resize(4 * kT);
-  s.keys.resize(G * stride);
-  s.tmp.resize(stride);
+  s.keys.reset(new Key[G * stride]);
+  s.tmp.reset(new Key[stride]);
   s.count.resize(G);
   s.thr.resize(G);
   for (int64_t g0 = 0; g0 < nrows; g0 += G) {
