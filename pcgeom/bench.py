@@ -783,7 +783,11 @@ GRID_END = "<!-- grid: end -->"
 
 # Cells above 1.0 or 0.8 that are understood (filled in from the measured run).
 GRID_NOTES = {
-    (8, 512, 512, 512, 32): ("GEMM-bound: at D = 512 a 512-point cloud is two 256-row tiles, so cdist's one multi-threaded BLAS call is as fast as pcgeom's symmetric half plus the exact re-ranking of each query's candidates (scalar, 3 x 512 flops each); pcgeom's ratio on this cell moved between 0.73 and 1.26 over three runs on the shared machine, i.e. it is at parity within the noise, not ahead"),
+    (8, 512, 512, 512, 32): ("GEMM-bound: at D = 512 a 512-point cloud is only two 256-row tiles, so cdist's single multi-threaded BLAS call is as fast as pcgeom's half-size (symmetric) GEMM, and pcgeom then re-ranks each query's ~k candidates exactly (3 x 512 scalar flops each), which cdist never does; the tile path is slower still here (3 flops per coordinate pair without BLAS). Measured 0.73 to 1.26 over four runs"),
+    (1, 2048, 2048, 128, 100): ('GEMM-bound at the blocked/tile boundary (N * D = 2^18): both kernels are within 10 % of cdist here; the exact re-ranking of ~k candidates per query is what cdist does not pay'),
+    (32, 256, 256, 64, 20): ("small high-D clouds: the tile path's exact distances cost 3 flops per coordinate pair against BLAS's fused ones; was 1.21 before the tile path"),
+    (1024, 16, 16, 3, 1): ('16,384 queries of 16 points: about 125 ns per query, call and bookkeeping bound (cdist+topk is one batched kernel here)'),
+    (1024, 16, 16, 3, 8): ('as for k = 1'),
 }
 
 
