@@ -8,7 +8,13 @@ csrc/knn/knn_blocked_cpu.cpp, csrc/farthest_point_sample/farthest_point_sample_c
   descent reaches; a single large cloud builds its subtrees in parallel), else a
   direct scan; queries or points with NaN/inf coordinates take the scan / merge;
 * KNN, D > 8: blocked GEMM candidate selection with exact re-ranking (symmetric
-  tiles for self queries), else a direct scan (small clouds, k close to N);
+  tiles for self queries) for large enough clouds, else the tile path;
+* KNN, the tile path (csrc/knn/knn_tile_cpu.cpp): vectorised exact distance
+  tiles with a partial selection and a radix sort of the survivors, for small
+  clouds, k a large share of N, small high-D batches and NaN/inf queries;
+* ``PCGEOM_KNN_CPU_PATH=tree|blocked|tile|scan`` forces one KNN kernel: the
+  cases at the end run every input through every kernel, and through the
+  dispatcher at its boundaries;
 * FPS: the bucket (KD-tree) variant for large finite clouds with D <= 8, the
   vectorised vanilla loop otherwise, the literal reference loop when a cloud has
   NaN/inf coordinates.
@@ -219,6 +225,124 @@ def test_blocked_fallbacks():
 def test_blocked_ball_query():
     f = random_cloud(2, 800, 32, seed=27)
     assert_knn_exact(f, f, 16, radius=1.4)
+
+
+# ---------------------------------------------------------------------------
+# Every KNN kernel, forced (PCGEOM_KNN_CPU_PATH), and the dispatcher's boundaries
+
+PATHS = ["tree", "blocked", "tile", "scan"]
+
+
+@pytest.fixture
+def knn_path(monkeypatch, request):
+    monkeypatch.setenv("PCGEOM_KNN_CPU_PATH", request.param)
+    return request.param
+
+
+def _nonfinite(x):
+    x = x.clone()
+    x[0, 3, 1] = float("nan")
+    x[0, 7] = float("inf")
+    x[-1, -1, 0] = float("-inf")
+    return x
+
+
+@pytest.mark.parametrize("knn_path", PATHS, indirect=True)
+@pytest.mark.parametrize("D", [3, 5, 40])
+def test_every_path_every_k(knn_path, D):
+    p = random_cloud(2, 300, D, seed=50 + D)
+    for k in (1, 20, 299, 300, 310):  # k = N: a full sort; k > N: padded
+        assert_knn_exact(p, p, k)
+    q = random_cloud(2, 37, D, seed=60 + D)  # 37 rows: groups of 32, blocks of 4, a remainder
+    assert_knn_exact(q, p, 9)
+    assert_knn_exact(q, p, 250)
+
+
+@pytest.mark.parametrize("knn_path", PATHS, indirect=True)
+def test_every_path_non_finite_ragged_radius(knn_path):
+    p = _nonfinite(random_cloud(2, 400, 3, seed=70))
+    assert_knn_exact(p, p, 12)
+    assert_knn_exact(p, p, 400)  # every point: NaN after +inf, computed NaN bits kept
+    assert_knn_exact(p, p, 16, [400, 130], [250, 400])
+    assert_knn_exact(p, p, 16, [0, 400], [400, 0])
+    f = _nonfinite(random_cloud(2, 300, 24, seed=71))
+    assert_knn_exact(f, f, 10, [300, 200], [300, 299])
+    assert_knn_exact(random_cloud(2, 500, 3, seed=72), random_cloud(2, 500, 3, seed=73), 40, radius=0.1)
+    assert_knn_exact(f, f, 200, radius=1.3)
+
+
+@pytest.mark.parametrize("knn_path", PATHS, indirect=True)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
+def test_every_path_dtypes(knn_path, dtype):
+    p = random_cloud(2, 300, 6, dtype=dtype, seed=74)
+    assert_knn_exact(p, p, 17)
+    assert_knn_exact(p, p, 300)
+    f = _nonfinite(random_cloud(1, 200, 33, dtype=dtype, seed=75))
+    assert_knn_exact(f, f, 150)
+
+
+@pytest.mark.parametrize("knn_path", PATHS, indirect=True)
+def test_every_path_ties(knn_path):
+    g = lattice_cloud(1, 9, 3)  # 729 points, runs of equal distances across tiles
+    for k in (1, 27, 400, 729):
+        assert_knn_exact(g, g, k)
+    same = torch.zeros(1, 600, 9)  # all distances 0: ties to the lower index only
+    assert_knn_exact(same, same, 300)
+
+
+@pytest.mark.parametrize("knn_path", ["tile"], indirect=True)
+def test_tile_sizes_and_large_k(knn_path):
+    # Tile edges (256 points), compaction thresholds (2k + 64), the radix sort
+    # (>= 384 survivors), few rows per thread and one query against many points.
+    for N in (255, 256, 257, 513):
+        p = random_cloud(1, N, 3, seed=N)
+        assert_knn_exact(p, p, 1)
+        assert_knn_exact(p[:, :5].contiguous(), p, N - 1)
+    p = random_cloud(1, 20000, 3, seed=76)
+    assert_knn_exact(p[:, :3].contiguous(), p, 1)
+    assert_knn_exact(p[:, :3].contiguous(), p, 4000)  # buffer cut back many times
+    assert_knn_exact(p[:, :2].contiguous(), p, 20000)  # k = N: one radix sort
+    assert_knn_exact(p[:, :2].contiguous().double(), p.double(), 9000)
+    h = random_cloud(1, 300, 700, seed=77)  # D = 700, no compile-time D
+    assert_knn_exact(h[:, :9].contiguous(), h, 11)
+
+
+def test_tile_same_answer_for_any_thread_count(monkeypatch):
+    monkeypatch.setenv("PCGEOM_KNN_CPU_PATH", "tile")
+    p = clustered_cloud(3, 700, seed=78)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = pcgeom.knn(p, p, 300)
+        torch.set_num_threads(max(2, before))
+        many = pcgeom.knn(p, p, 300)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one.idx, many.idx) and torch.equal(one.dist2, many.dist2)
+
+
+def test_dispatcher_boundaries(monkeypatch):
+    # Unforced calls on either side of each rule of knn_cpu.cpp's dispatcher.
+    monkeypatch.delenv("PCGEOM_KNN_CPU_PATH", raising=False)
+    p = random_cloud(1, 256, 3, seed=80)  # tree needs >= 256 points, 8k <= n, 24 queries
+    assert_knn_exact(p, p, 32)
+    assert_knn_exact(p, p, 33)
+    assert_knn_exact(p[:, :24].contiguous(), p, 8)
+    assert_knn_exact(p[:, :23].contiguous(), p, 8)
+    assert_knn_exact(p[:, :255].contiguous(), p[:, :255].contiguous(), 8)
+    f = random_cloud(1, 4096, 64, seed=81)  # blocked from N * D = 2^18, 4k <= N, M >= 32
+    assert_knn_exact(f[:, :32].contiguous(), f, 256)
+    assert_knn_exact(f[:, :31].contiguous(), f, 256)
+    assert_knn_exact(f[:, :40].contiguous(), f, 1024)
+    assert_knn_exact(f[:, :40].contiguous(), f, 1025)
+    g = random_cloud(1, 4095, 64, seed=82)
+    assert_knn_exact(g[:, :40].contiguous(), g, 256)
+
+
+def test_unknown_path_value_means_auto(monkeypatch):
+    monkeypatch.setenv("PCGEOM_KNN_CPU_PATH", "no-such-path")
+    p = random_cloud(1, 500, 3, seed=83)
+    assert_knn_exact(p, p, 10)
 
 
 # ---------------------------------------------------------------------------

@@ -46,6 +46,7 @@
 #include "common/pcgeom_common.h"
 #include "common/topk_cpu.h"
 #include "knn/knn_scan_cpu.h"
+#include "knn/knn_tile_cpu.h"
 
 namespace pcgeom {
 namespace {
@@ -167,9 +168,7 @@ struct Cloud {
   using A = acc_t<T>;
   std::vector<int32_t> fidx;       // original index of each finite point
   std::vector<int32_t> nonfinite;  // original indices of the other valid points
-  std::vector<A> Pa;               // finite points, original coordinates (nF x D)
-  std::vector<A> Pc;               // finite points, centred
-  std::vector<A> pn;               // |Pc|^2
+  std::vector<A> pn;               // |p - mu|^2 of each finite point
   std::vector<A> mu;               // centre
   A pmax = A(0);
   bool ok = true;                  // false: norms could overflow, scan instead
@@ -193,8 +192,6 @@ void prepare_points(const T* pb, int64_t L, int64_t D, Cloud<T>* c) {
   const int64_t nF = static_cast<int64_t>(c->fidx.size());
   c->mu.assign(D, A(0));
   for (int64_t d = 0; d < D; ++d) c->mu[d] = nF ? static_cast<A>(sum[d] / nF) : A(0);
-  c->Pa.resize(nF * D);
-  c->Pc.resize(nF * D);
   c->pn.resize(nF);
   A pmax = A(0);
   for (int64_t r = 0; r < nF; ++r) {
@@ -203,8 +200,6 @@ void prepare_points(const T* pb, int64_t L, int64_t D, Cloud<T>* c) {
     for (int64_t d = 0; d < D; ++d) {
       const A x = static_cast<A>(src[d]);
       const A y = x - c->mu[d];
-      c->Pa[r * D + d] = x;
-      c->Pc[r * D + d] = y;
       s += y * y;
     }
     c->pn[r] = s;
@@ -216,18 +211,18 @@ void prepare_points(const T* pb, int64_t L, int64_t D, Cloud<T>* c) {
 
 // Final answer of one query from its candidates (+ the non-finite points).
 template <typename A>
-void finalize(const Cloud<A>& c, const A* qa, const A* qt, const A* pb, int64_t D, int64_t K,
+void finalize(const Cloud<A>& c, const A* qt, const A* pb, int64_t D, int64_t K,
               QueryState<A>& st, bool use_radius, A r2, std::vector<int32_t>& rows,
               std::vector<A>& dd, A* bd, int64_t* bi, A* od, int64_t* oi) {
   st.compact(K);
   const int64_t n = static_cast<int64_t>(st.cand.size());
   rows.resize(n);
   dd.resize(n);
-  for (int64_t s = 0; s < n; ++s) rows[s] = st.cand[s].second;
-  exact_dists<A>(qa, c.Pa.data(), D, rows.data(), n, dd.data());
+  for (int64_t s = 0; s < n; ++s) rows[s] = c.fidx[st.cand[s].second];
+  exact_dists<A>(qt, pb, D, rows.data(), n, dd.data());
   auto push_all = [&](auto& top) {
     for (int64_t s = 0; s < n; ++s) {
-      cpu::offer(top, dd[s], static_cast<int64_t>(c.fidx[rows[s]]), use_radius, r2);
+      cpu::offer(top, dd[s], static_cast<int64_t>(rows[s]), use_radius, r2);
     }
     for (const int32_t j : c.nonfinite) {
       cpu::offer(top, sq_dist<A, A>(qt, pb + static_cast<int64_t>(j) * D, D), j, use_radius, r2);
@@ -241,24 +236,6 @@ void finalize(const Cloud<A>& c, const A* qa, const A* qt, const A* pb, int64_t 
   } else {
     cpu::HeapTopK<A> top(bd, bi, K);
     push_all(top);
-  }
-}
-
-// Direct scan of one query (small clouds, k close to N, NaN/inf, overflow).
-template <typename A>
-void scan_query(const A* qr, const A* pb, int64_t L, int64_t D, int64_t K, bool use_radius, A r2,
-                A* bd, int64_t* bi, A* od, int64_t* oi) {
-  auto run = [&](auto& top) {
-    cpu::scan_rows<A, A>(qr, pb, L, D, top, use_radius, r2);
-    top.finish();
-    cpu::write_row<A, A>(bd, bi, top.count, K, od, oi);
-  };
-  if (K <= cpu::kSortedListMaxK) {
-    cpu::SortedTopKList<A> top(bd, bi, K);
-    run(top);
-  } else {
-    cpu::HeapTopK<A> top(bd, bi, K);
-    run(top);
   }
 }
 
@@ -362,27 +339,33 @@ struct CloudWork {
   bool symmetric = false;  // self query over identical rows
   Cloud<A> c;
   std::vector<int32_t> qrows;  // row of each finite query
-  std::vector<int32_t> qbad;   // rows scanned directly
-  std::vector<A> Qc, Qa, qn;   // finite queries (non-symmetric clouds)
+  std::vector<int32_t> qbad;   // rows searched directly (tile path)
+  std::vector<A> qn;           // |q - mu|^2 of the finite queries (non-symmetric clouds)
+  const A* qb = nullptr;       // this cloud's query rows and points (caller's arrays)
+  const A* pb = nullptr;
   std::vector<QueryState<A>> states;
   std::vector<A> tv;           // per query: keep candidates with v <= tv
   int64_t nblocks = 0;         // query blocks (row blocks of the tile grid)
+  int64_t qblock = kBlock;     // rows per query block
 
-  const A* qc() const { return symmetric ? c.Pc.data() : Qc.data(); }
-  const A* qa() const { return symmetric ? c.Pa.data() : Qa.data(); }
+  // Query i of the GEMM is row qsrc()[qmap()[i]].
+  const A* qsrc() const { return symmetric ? pb : qb; }
+  const int32_t* qmap() const { return symmetric ? c.fidx.data() : qrows.data(); }
   const A* qnorm() const { return symmetric ? c.pn.data() : qn.data(); }
   int64_t nq() const { return static_cast<int64_t>(qrows.size()); }
 };
 
 template <typename A>
 void prepare_cloud(const A* qb, const A* pb, int64_t Lq, int64_t L, int64_t D, int64_t K,
-                   bool use_radius, A r2, bool self_query, CloudWork<A>* w) {
+                   bool use_radius, A r2, bool self_query, bool force, CloudWork<A>* w) {
+  w->qb = qb;
+  w->pb = pb;
   w->active = Lq > 0 && L > 0;
   if (!w->active) return;
   Cloud<A>& c = w->c;
   prepare_points<A>(pb, L, D, &c);
   const int64_t nF = static_cast<int64_t>(c.fidx.size());
-  w->blocked = c.ok && nF >= 64 && 4 * K <= nF && Lq >= 16;
+  w->blocked = c.ok && (force ? nF > 0 : (nF >= 64 && 4 * K <= nF && Lq >= 16));
   if (!w->blocked) {
     for (int64_t m = 0; m < Lq; ++m) w->qbad.push_back(static_cast<int32_t>(m));
     return;
@@ -398,17 +381,12 @@ void prepare_cloud(const A* qb, const A* pb, int64_t Lq, int64_t L, int64_t D, i
       (fin ? w->qrows : w->qbad).push_back(static_cast<int32_t>(m));
     }
     const int64_t nQ = w->nq();
-    w->Qc.resize(nQ * D);
-    w->Qa.resize(nQ * D);
     w->qn.resize(nQ);
     A qmax = A(0);
     for (int64_t r = 0; r < nQ; ++r) {
       A s = A(0);
       for (int64_t d = 0; d < D; ++d) {
-        const A x = qb[static_cast<int64_t>(w->qrows[r]) * D + d];
-        const A y = x - c.mu[d];
-        w->Qa[r * D + d] = x;
-        w->Qc[r * D + d] = y;
+        const A y = qb[static_cast<int64_t>(w->qrows[r]) * D + d] - c.mu[d];
         s += y * y;
       }
       w->qn[r] = s;
@@ -431,7 +409,14 @@ void prepare_cloud(const A* qb, const A* pb, int64_t Lq, int64_t L, int64_t D, i
   for (int64_t i = 0; i < nQ; ++i) {
     w->states[i].init(qn[i], c.pmax, delta, K, use_radius, r2, &w->tv[i]);
   }
-  w->nblocks = (nQ + kBlock - 1) / kBlock;
+  if (!w->symmetric) {
+    // A query block is one task: with few queries, smaller blocks keep every
+    // thread busy (a 64 x 16384 gallery search is otherwise one task).
+    const int64_t threads = std::max<int64_t>(1, torch::stable::get_num_threads());
+    const int64_t want = (nQ + 2 * threads - 1) / (2 * threads);
+    w->qblock = std::min<int64_t>(kBlock, std::max<int64_t>(16, (want + 15) / 16 * 16));
+  }
+  w->nblocks = (nQ + w->qblock - 1) / w->qblock;
 }
 
 // One tile task: query block I against point block J of one cloud.  For a
@@ -442,18 +427,34 @@ struct TileTask {
   int32_t J;  // -1: a non-symmetric query block against every point block
 };
 
+// Rows src[map[first .. first + n)] centred on mu, into out (n x D): the GEMM
+// operands are made one tile at a time, so no centred copy of the cloud exists.
+// (The values are those the norms were computed from: same arithmetic.)
+template <typename A>
+void load_centred(const A* src, const int32_t* map, int64_t first, int64_t n, int64_t D,
+                  const A* mu, A* out) {
+  for (int64_t r = 0; r < n; ++r) {
+    const A* x = src + static_cast<int64_t>(map[first + r]) * D;
+    for (int64_t d = 0; d < D; ++d) out[r * D + d] = x[d] - mu[d];
+  }
+}
+
 template <typename A>
 void run_tile(CloudWork<A>& w, const TileTask& t, int64_t D, int64_t K, std::vector<A>& G,
-              std::vector<A>& vbuf) {
+              std::vector<A>& vbuf, std::vector<A>& QI, std::vector<A>& PJ) {
   const Cloud<A>& c = w.c;
   const int64_t nF = static_cast<int64_t>(c.fidx.size());
-  const int64_t i0 = t.I * kBlock;
-  const int64_t ri = std::min(kBlock, w.nq() - i0);
+  const int64_t i0 = t.I * w.qblock;
+  const int64_t ri = std::min(w.qblock, w.nq() - i0);
   G.resize(kBlock * kBlock);
+  QI.resize(kBlock * D);
+  PJ.resize(kBlock * D);
+  load_centred<A>(w.qsrc(), w.qmap(), i0, ri, D, c.mu.data(), QI.data());
   if (t.J < 0) {
     for (int64_t c0 = 0; c0 < nF; c0 += kBlock) {
       const int64_t cn = std::min(kBlock, nF - c0);
-      gemm_nt<A>(w.qc() + i0 * D, ri, c.Pc.data() + c0 * D, cn, D, G.data());
+      load_centred<A>(w.pb, c.fidx.data(), c0, cn, D, c.mu.data(), PJ.data());
+      gemm_nt<A>(QI.data(), ri, PJ.data(), cn, D, G.data());
       for (int64_t r = 0; r < ri; ++r) {
         scan_tile_row<A>(G.data() + r * cn, c.pn.data() + c0, cn, static_cast<int32_t>(c0),
                          w.states[i0 + r], K, vbuf);
@@ -463,7 +464,12 @@ void run_tile(CloudWork<A>& w, const TileTask& t, int64_t D, int64_t K, std::vec
   }
   const int64_t j0 = t.J * kBlock;
   const int64_t cn = std::min(kBlock, nF - j0);
-  gemm_nt<A>(c.Pc.data() + i0 * D, ri, c.Pc.data() + j0 * D, cn, D, G.data());
+  const A* pj = QI.data();
+  if (t.I != t.J) {
+    load_centred<A>(w.pb, c.fidx.data(), j0, cn, D, c.mu.data(), PJ.data());
+    pj = PJ.data();
+  }
+  gemm_nt<A>(QI.data(), ri, pj, cn, D, G.data());
   for (int64_t r = 0; r < ri; ++r) {
     scan_tile_row<A>(G.data() + r * cn, c.pn.data() + j0, cn, static_cast<int32_t>(j0),
                      w.states[i0 + r], K, vbuf);
@@ -481,14 +487,14 @@ void run_tile(CloudWork<A>& w, const TileTask& t, int64_t D, int64_t K, std::vec
 template <typename T>
 void knn_blocked_cpu(const T* q, const T* p, const int64_t* ql, const int64_t* pl, int64_t B,
                      int64_t M, int64_t N, int64_t D, int64_t K, bool use_radius, double radius2,
-                     bool self_query, T* out_d, int64_t* out_i) {
+                     bool self_query, bool force, T* out_d, int64_t* out_i) {
   using A = T;
   const A r2 = static_cast<A>(radius2);
   std::vector<CloudWork<A>> works(B);
   torch::stable::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       prepare_cloud<A>(q + b * M * D, p + b * N * D, ql[b], pl[b], D, K, use_radius, r2,
-                       self_query, &works[b]);
+                       self_query, force, &works[b]);
     }
   });
 
@@ -509,10 +515,10 @@ void knn_blocked_cpu(const T* q, const T* p, const int64_t* ql, const int64_t* p
   auto run_round = [&](const std::vector<TileTask>& tasks) {
     torch::stable::parallel_for(0, static_cast<int64_t>(tasks.size()), 1,
                                 [&](int64_t begin, int64_t end) {
-                                  std::vector<A> G, vbuf;
+                                  std::vector<A> G, vbuf, QI, PJ;
                                   for (int64_t i = begin; i < end; ++i) {
                                     run_tile<A>(works[tasks[i].cloud], tasks[i], D, K, G,
-                                                vbuf);
+                                                vbuf, QI, PJ);
                                   }
                                 });
   };
@@ -557,13 +563,12 @@ void knn_blocked_cpu(const T* q, const T* p, const int64_t* ql, const int64_t* p
       int64_t* oi = out_i + b * M * K;
       if (i < w.nq()) {
         const int64_t m = w.qrows[i];
-        finalize<A>(w.c, w.qa() + i * D, qb + m * D, pb, D, K, w.states[i], use_radius, r2, rows,
-                    dd, bd.data(), bi.data(), od + m * K, oi + m * K);
+        finalize<A>(w.c, qb + m * D, pb, D, K, w.states[i], use_radius, r2, rows, dd, bd.data(),
+                    bi.data(), od + m * K, oi + m * K);
         std::vector<std::pair<A, int32_t>>().swap(w.states[i].cand);
       } else {
-        const int64_t m = w.qbad[i - w.nq()];
-        scan_query<A>(qb + m * D, pb, pl[b], D, K, use_radius, r2, bd.data(), bi.data(),
-                      od + m * K, oi + m * K);
+        const int32_t m = w.qbad[i - w.nq()];
+        knn_tile_rows<A>(qb, &m, 1, pb, pl[b], D, K, use_radius, r2, od, oi);
       }
     }
   });
@@ -579,9 +584,9 @@ void knn_blocked_cpu(const T* q, const T* p, const int64_t* ql, const int64_t* p
 
 template void knn_blocked_cpu<float>(const float*, const float*, const int64_t*, const int64_t*,
                                      int64_t, int64_t, int64_t, int64_t, int64_t, bool, double,
-                                     bool, float*, int64_t*);
+                                     bool, bool, float*, int64_t*);
 template void knn_blocked_cpu<double>(const double*, const double*, const int64_t*,
                                       const int64_t*, int64_t, int64_t, int64_t, int64_t, int64_t,
-                                      bool, double, bool, double*, int64_t*);
+                                      bool, double, bool, bool, double*, int64_t*);
 
 }  // namespace pcgeom

@@ -1,14 +1,19 @@
 // CPU kernels of pcgeom::knn and pcgeom::knn_backward (also the search behind
 // ball_query).
 //
-// Three exact paths, chosen per call and per cloud:
+// Exact paths, chosen per call and per cloud by the dispatcher (choose_path,
+// choose_tree below, with the measurements behind the rule):
 //   * low dimensions (D <= 8): a KD-tree per cloud (common/kdtree_cpu.h) and a
 //     grouped best-first search (knn/knn_tree_cpu.h) for clouds that are large
 //     against k and have enough queries to pay for the build;
-//   * high dimensions: blocked GEMM candidate selection with exact re-ranking
-//     (knn/knn_blocked_cpu.cpp);
-//   * a direct scan for everything else (small clouds, k close to N, queries
-//     with NaN/inf coordinates).
+//   * high dimensions, large enough clouds: blocked GEMM candidate selection
+//     with exact re-ranking (knn/knn_blocked_cpu.cpp);
+//   * everything else -- small clouds, k a large share of N, small
+//     high-dimensional batches, NaN/inf queries: the tile path
+//     (knn/knn_tile_cpu.cpp), vectorised exact distances with a partial
+//     selection;
+//   * the scalar scan only for clouds of 2^31 points or more.
+// PCGEOM_KNN_CPU_PATH=tree|blocked|tile|scan forces one (knn_scan_cpu.h).
 // Every path evaluates the distances it keeps with the one formula of
 // pcgeom_common.h and ranks with the pcgeom key order, so all of them return
 // the reference's answer bit for bit.  float16/bfloat16 inputs run on float32
@@ -18,6 +23,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -30,6 +37,7 @@
 #include "knn/knn_blocked_cpu.h"
 #include "knn/knn_common.h"
 #include "knn/knn_scan_cpu.h"
+#include "knn/knn_tile_cpu.h"
 #include "knn/knn_tree_cpu.h"
 
 namespace pcgeom {
@@ -121,7 +129,9 @@ struct WorkItem {
 
 // The KD-tree pays off when there are enough queries to amortise the build and
 // k is small against the cloud; otherwise the direct scan wins.
-inline bool choose_tree(int64_t M_b, int64_t n_finite, int64_t K) {
+inline bool choose_tree(int64_t M_b, int64_t n_finite, int64_t K, KnnPath path) {
+  if (path == KnnPath::kTree) return n_finite > 0;
+  if (path != KnnPath::kAuto) return false;
   if (n_finite < 256) return false;
   if (K * 8 > n_finite) return false;
   const double lg = std::log2(static_cast<double>(n_finite));
@@ -135,7 +145,7 @@ inline bool choose_tree(int64_t M_b, int64_t n_finite, int64_t K) {
 template <int D, typename A>
 void prepare_lowd_cloud(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int64_t b,
                         int64_t M, int64_t N, int64_t K, bool self_query, bool parallel,
-                        LowDCloud<D, A>& c, std::vector<WorkItem>& items, A* out_d,
+                        KnnPath path, LowDCloud<D, A>& c, std::vector<WorkItem>& items, A* out_d,
                         int64_t* out_i) {
   const int64_t L = pl[b];
   const int64_t Mq = ql[b];
@@ -149,7 +159,7 @@ void prepare_lowd_cloud(const A* q, const A* p, const int64_t* ql, const int64_t
     if (!cpu::all_finite<D, A>(pb + j * D)) c.nonfinite.push_back(static_cast<int32_t>(j));
   }
   const int64_t n_finite = L - static_cast<int64_t>(c.nonfinite.size());
-  c.use_tree = choose_tree(Mq, n_finite, K);
+  c.use_tree = choose_tree(Mq, n_finite, K, path);
   const int32_t cb = static_cast<int32_t>(b);
   if (c.use_tree) {
     KdBuilder<D, A> bl(&c.tree);
@@ -246,8 +256,8 @@ void prepare_lowd_cloud(const A* q, const A* p, const int64_t* ql, const int64_t
 
 template <int D, typename A>
 void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int64_t B, int64_t M,
-              int64_t N, int64_t K, bool use_radius, double radius2, bool self_query, A* out_d,
-              int64_t* out_i) {
+              int64_t N, int64_t K, bool use_radius, double radius2, bool self_query, KnnPath path,
+              A* out_d, int64_t* out_i) {
   using Key = typename FiniteKey<A>::type;
   const A r2 = static_cast<A>(radius2);
   std::vector<LowDCloud<D, A>> clouds(B);
@@ -263,13 +273,13 @@ void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int6
   if (B >= threads || light) {
     torch::stable::parallel_for(0, B, light ? B : 1, [&](int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b) {
-        prepare_lowd_cloud<D, A>(q, p, ql, pl, b, M, N, K, self_query, false, clouds[b],
+        prepare_lowd_cloud<D, A>(q, p, ql, pl, b, M, N, K, self_query, false, path, clouds[b],
                                  items_per_cloud[b], out_d, out_i);
       }
     });
   } else {
     for (int64_t b = 0; b < B; ++b) {
-      prepare_lowd_cloud<D, A>(q, p, ql, pl, b, M, N, K, self_query, true, clouds[b],
+      prepare_lowd_cloud<D, A>(q, p, ql, pl, b, M, N, K, self_query, true, path, clouds[b],
                                items_per_cloud[b], out_d, out_i);
     }
   }
@@ -285,15 +295,26 @@ void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int6
       [&](int64_t begin, int64_t end) {
         cpu::GroupSearch<D, A> gs(K, use_radius, r2);
         std::vector<A> qa(cpu::kMaxGroup * D);
-        std::vector<Key> keys(cpu::kMaxGroup * K);
+        // Sized on the first tree item: a call served by the tile path alone
+        // (k up to N) must not hold kMaxGroup * k keys per thread.
+        std::vector<Key> keys;
         std::vector<FiniteTopK<A>> tops;
-        std::vector<A> bd(K);
-        std::vector<int64_t> bi(K);
+        std::vector<A> bd;
+        std::vector<int64_t> bi;
         for (int64_t w = begin; w < end; ++w) {
           const WorkItem& it = items[w];
           const int64_t b = it.cloud;
           const LowDCloud<D, A>& c = clouds[b];
           const A* pb = p + b * N * D;
+          if (it.leaf < 0 && path != KnnPath::kScan) {
+            knn_tile_rows<A>(q + b * M * D, c.scan_q.data() + it.first, it.count, pb, pl[b], D,
+                             K, use_radius, r2, out_d + b * M * K, out_i + b * M * K);
+            continue;
+          }
+          if (bd.empty()) {
+            bd.resize(K);
+            bi.resize(K);
+          }
           if (it.leaf < 0) {
             for (int64_t s = 0; s < it.count; ++s) {
               const int64_t m = c.scan_q[it.first + s];
@@ -316,6 +337,7 @@ void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int6
               ghi[d] = i == 0 || src[d] > ghi[d] ? src[d] : ghi[d];
             }
           }
+          if (keys.empty()) keys.resize(cpu::kMaxGroup * K);
           tops.clear();
           for (int64_t i = 0; i < g; ++i) tops.emplace_back(keys.data() + i * K, K);
           gs.run(c.tree, qa.data(), g, tops.data(), glo, ghi);
@@ -349,11 +371,13 @@ void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int6
 template <typename A>
 bool knn_lowd_dispatch(int64_t D, const A* q, const A* p, const int64_t* ql, const int64_t* pl,
                        int64_t B, int64_t M, int64_t N, int64_t K, bool use_radius,
-                       double radius2, bool self_query, A* out_d, int64_t* out_i) {
+                       double radius2, bool self_query, KnnPath path, A* out_d,
+                       int64_t* out_i) {
   switch (D) {
 #define PCGEOM_LOWD_CASE(DD)                                                                 \
   case DD:                                                                                   \
-    knn_lowd<DD, A>(q, p, ql, pl, B, M, N, K, use_radius, radius2, self_query, out_d, out_i); \
+    knn_lowd<DD, A>(q, p, ql, pl, B, M, N, K, use_radius, radius2, self_query, path, out_d, \
+                    out_i);                                                                  \
     return true;
     PCGEOM_LOWD_CASE(1)
     PCGEOM_LOWD_CASE(2)
@@ -369,23 +393,86 @@ bool knn_lowd_dispatch(int64_t D, const A* q, const A* p, const int64_t* ql, con
   }
 }
 
+// The dispatcher: which kernel serves a call.
+//
+//   N >= 2^31 points                      -> scan (the other paths index in int32)
+//   D <= 8, per cloud (choose_tree):
+//     >= 256 finite points, 8k <= n and >= 2 log2(n) + 8 queries -> KD-tree
+//     otherwise                                                    -> tile
+//   D > 8, per call:
+//     N * D >= 2^18, 4k <= N and M >= 32  -> blocked GEMM (+ tile for the rows it
+//                                            cannot take: NaN/inf, overflow)
+//     otherwise                           -> tile
+//
+// Measured on the project's 2-core machine (2 threads, busy; best of interleaved
+// runs, ms, pcgeom kernel forced with PCGEOM_KNN_CPU_PATH):
+//   B x M x N, D, k          tree   tile  blocked  cdist+topk
+//   16 x 1024^2, 3, 32        50    139      -       417     tree while 8k <= N
+//   16 x 1024^2, 3, 128      237    292      -       625
+//   1 x 8192^2, 3, 512       478    831      -      1985
+//   64 x 224^2, 3, 100         -    140    306       192     tile for k > N/8
+//   16 x 1024^2, 3, 256        -    466   1150       802
+//   32 x 256^2, 64, 20         -     60     95       129     tile below N*D = 2^18
+//   4 x 1024^2, 64, 20         -     38     56       141
+//   16 x 1024^2, 16, 16        -     42     48        84
+//   8 x 512^2, 512, 32         -    108     88       142     blocked from N*D = 2^18
+//   1 x 2048^2, 128, 100       -     30     33        34
+//   4 x 4096^2, 64, 20         -    306    125       336
+//   1 x 2048^2, 128, 2048      -    214   1116       528     tile for k > N/4
+// (The direct tile computes 3 flops per coordinate pair; the GEMM does the bulk
+// at BLAS speed, but its candidate bookkeeping and re-ranking only pay once a
+// tile row is long and deep enough.)
+inline bool blocked_pays(int64_t M, int64_t N, int64_t D, int64_t K) {
+  return N * D >= (int64_t(1) << 18) && 4 * K <= N && M >= 32;
+}
+
+inline KnnPath choose_path(int64_t B, int64_t M, int64_t N, int64_t D, int64_t K) {
+  (void)B;
+  // choose_tree only grows more willing with more points and queries, so the
+  // padded sizes bound every cloud: if even they get no tree, no cloud does,
+  // and the call skips the per-cloud preparation.
+  if (D <= kMaxTreeDim) return choose_tree(M, N, K, KnnPath::kAuto) ? KnnPath::kAuto : KnnPath::kTile;
+  if (blocked_pays(M, N, D, K)) return KnnPath::kBlocked;
+  return KnnPath::kTile;
+}
+
 // The search on float32 / float64 arrays; `dist` has the same dtype.
 template <typename A>
 void knn_search_acc(const A* qp, const A* pp, const int64_t* qlp, const int64_t* plp, int64_t B,
                     int64_t M, int64_t N, int64_t D, int64_t k, bool use_radius, double radius2,
                     bool self_query, A* od, int64_t* oi) {
-  // The tree and blocked paths store point indices as int32.
+  // The tree, blocked and tile paths store point indices as int32.
   const bool small_index = N < (int64_t(1) << 31) - 1;
-  if (small_index && D <= kMaxTreeDim &&
-      knn_lowd_dispatch<A>(D, qp, pp, qlp, plp, B, M, N, k, use_radius, radius2, self_query, od,
-                           oi)) {
+  if (!small_index) {
+    knn_brute_kernel<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, od, oi);
     return;
   }
-  if (small_index) {
-    knn_blocked_cpu<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, self_query, od, oi);
-    return;
+  const KnnPath forced = knn_path_override();
+  KnnPath path = forced;
+  if (path == KnnPath::kTree && D > kMaxTreeDim) path = KnnPath::kAuto;
+  if (path == KnnPath::kAuto) path = choose_path(B, M, N, D, k);
+  switch (path) {
+    case KnnPath::kBlocked:
+      knn_blocked_cpu<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, self_query,
+                         forced == KnnPath::kBlocked, od, oi);
+      return;
+    case KnnPath::kTile:
+      knn_tile_cpu<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, od, oi);
+      return;
+    case KnnPath::kScan:
+      if (D > kMaxTreeDim) {
+        knn_brute_kernel<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, od, oi);
+        return;
+      }
+      break;
+    default:
+      break;
   }
-  knn_brute_kernel<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, od, oi);
+  // kAuto here means the per-cloud KD-tree / tile choice of knn_lowd.
+  knn_lowd_dispatch<A>(D, qp, pp, qlp, plp, B, M, N, k, use_radius, radius2, self_query,
+                       forced == KnnPath::kTree || forced == KnnPath::kScan ? forced
+                                                                            : KnnPath::kAuto,
+                       od, oi);
 }
 
 // ---------------------------------------------------------------------------

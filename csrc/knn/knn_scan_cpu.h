@@ -2,10 +2,28 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "common/pcgeom_common.h"
 
 namespace pcgeom {
+
+// The CPU KNN kernels (see the dispatcher in knn_cpu.cpp).
+enum class KnnPath { kAuto, kTree, kBlocked, kTile, kScan };
+
+// PCGEOM_KNN_CPU_PATH=tree|blocked|tile|scan forces one kernel wherever it
+// applies (tree: D <= 8 only), for tests and benchmarks; unset or anything
+// else: the dispatcher decides.  Every path returns the same answer.
+inline KnnPath knn_path_override() {
+  const char* e = std::getenv("PCGEOM_KNN_CPU_PATH");
+  if (e == nullptr) return KnnPath::kAuto;
+  if (std::strcmp(e, "tree") == 0) return KnnPath::kTree;
+  if (std::strcmp(e, "blocked") == 0) return KnnPath::kBlocked;
+  if (std::strcmp(e, "tile") == 0) return KnnPath::kTile;
+  if (std::strcmp(e, "scan") == 0) return KnnPath::kScan;
+  return KnnPath::kAuto;
+}
 namespace cpu {
 
 // Writes the k keys of one query (already sorted) and the padding after them.
