@@ -195,6 +195,14 @@ def _extensions():
             return [e for e in self.extensions if e.name not in OptionalBuildExt.failed]
 
         def copy_extensions_to_source(self):
+            # An in-place / editable build loads the library from the source
+            # tree: one left there by an earlier build must go when this build
+            # failed, or pcgeom would load it as if it were current.
+            for name in OptionalBuildExt.failed:
+                stale = os.path.join(HERE, self.get_ext_filename(name))
+                if os.path.exists(stale):
+                    os.remove(stale)
+                    _say(f"removed {os.path.relpath(stale, HERE)} left by an earlier build")
             all_exts, self.extensions = self.extensions, self._kept()
             try:
                 super().copy_extensions_to_source()

@@ -2,6 +2,7 @@
 every path, the native library has no unstable ABI symbols, the fallback
 is announced, import never compiles."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -90,6 +91,27 @@ def test_ops_run_on_a_device_without_native_kernels():
     q = torch.empty(2, 5, 3, device="meta")
     d, i = pcgeom.knn(q, q, 4)
     assert d.shape == (2, 5, 4) and i.dtype == torch.int64
+
+
+def test_failed_inplace_build_removes_the_library_of_an_earlier_build(tmp_path):
+    """An editable install loads pcgeom/_C from the source tree: after a failed
+    rebuild, the library an earlier build left there must not be loaded as current."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if not os.path.exists(os.path.join(root, "setup.py")):
+        pytest.skip("needs the source tree")
+    src = tmp_path / "src"
+    shutil.copytree(root, src, ignore=shutil.ignore_patterns(".venv", "build", ".git", "*.so", "__pycache__",
+                                                              "*.egg-info", "pcgeom-demo", "out"))
+    stale = src / "pcgeom" / "_C.abi3.so"
+    stale.write_bytes(b"an earlier build")
+    env = {**os.environ, "CXX": "/bin/false", "CC": "/bin/false"}
+    env.pop("PCGEOM_REQUIRE_EXT", None)
+    r = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=src,
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not stale.exists(), r.stdout + r.stderr
+    info = json.loads((src / "pcgeom" / "_build_info.json").read_text())
+    assert "pcgeom._C" in info["failed"]
 
 
 def test_failed_compiler_still_installs_the_pure_torch_path(tmp_path):
