@@ -43,21 +43,10 @@ std::tuple<Tensor, Tensor> ball_query_index_cpu(const Tensor& query_in, const Te
                                                 const Tensor& query_lengths_in,
                                                 const Tensor& points_lengths_in) {
   const char* op = "ball_query";
-  check_rank(query_in, 3, op, "query");
-  check_rank(points_in, 3, op, "points");
+  check_search_args(query_in, points_in, k, query_lengths_in, points_lengths_in, op);
   const int64_t B = query_in.size(0), M = query_in.size(1), D = query_in.size(2);
   const int64_t N = points_in.size(1);
-  STD_TORCH_CHECK(points_in.size(0) == B && points_in.size(2) == D, op,
-                  ": query and points must share batch size and dimension");
-  STD_TORCH_CHECK(query_in.scalar_type() == points_in.scalar_type(), op,
-                  ": query and points must have the same dtype");
-  STD_TORCH_CHECK(k >= 1, op, ": k must be >= 1, got ", k);
-  check_int64_vector(query_lengths_in, B, op, "query_lengths");
-  check_int64_vector(points_lengths_in, B, op, "points_lengths");
   const auto dtype = query_in.scalar_type();
-  STD_TORCH_CHECK(dtype == ST::Float || dtype == ST::Double || dtype == ST::Half ||
-                      dtype == ST::BFloat16,
-                  op, ": expected a float16, bfloat16, float32 or float64 tensor");
   const Tensor ql = torch::stable::contiguous(query_lengths_in);
   const Tensor pl = torch::stable::contiguous(points_lengths_in);
   check_range_cpu(ql.const_data_ptr<int64_t>(), B, 0, M, op, "query_lengths");

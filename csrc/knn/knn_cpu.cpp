@@ -528,23 +528,10 @@ std::tuple<Tensor, Tensor> knn_search_cpu(const Tensor& query_in, const Tensor& 
                                           int64_t k, const Tensor& query_lengths_in,
                                           const Tensor& points_lengths_in, bool use_radius,
                                           double radius2, const char* op) {
-  check_rank(query_in, 3, op, "query");
-  check_rank(points_in, 3, op, "points");
+  check_search_args(query_in, points_in, k, query_lengths_in, points_lengths_in, op);
   const int64_t B = query_in.size(0), M = query_in.size(1), D = query_in.size(2);
   const int64_t N = points_in.size(1);
-  STD_TORCH_CHECK(points_in.size(0) == B && points_in.size(2) == D, op,
-                  ": query and points must share batch size and dimension");
-  STD_TORCH_CHECK(query_in.scalar_type() == points_in.scalar_type(), op,
-                  ": query and points must have the same dtype");
-  STD_TORCH_CHECK(k >= 1, op, ": k must be >= 1, got ", k);
-  check_int64_vector(query_lengths_in, B, op, "query_lengths");
-  check_int64_vector(points_lengths_in, B, op, "points_lengths");
   const auto dtype = query_in.scalar_type();
-  STD_TORCH_CHECK(dtype == torch::headeronly::ScalarType::Float ||
-                      dtype == torch::headeronly::ScalarType::Double ||
-                      dtype == torch::headeronly::ScalarType::Half ||
-                      dtype == torch::headeronly::ScalarType::BFloat16,
-                  op, ": expected a float16, bfloat16, float32 or float64 tensor");
 
   const bool self_query = same_tensor(query_in, points_in);
   const Tensor ql = torch::stable::contiguous(query_lengths_in);

@@ -826,17 +826,11 @@ std::tuple<Tensor, Tensor> knn_search_cuda(const Tensor& query_in, const Tensor&
                                            int64_t k, const Tensor& query_lengths_in,
                                            const Tensor& points_lengths_in, bool use_radius,
                                            double radius2, const char* op) {
-  check_common(query_in, points_in, op);
+  check_search_args(query_in, points_in, k, query_lengths_in, points_lengths_in, op);
+  check_on_gpu(query_in, op, "query");
   const int64_t B = query_in.size(0), M = query_in.size(1), D = query_in.size(2);
   const int64_t N = points_in.size(1);
-  STD_TORCH_CHECK(points_in.size(0) == B && points_in.size(2) == D, op,
-                  ": query and points must share batch size and dimension");
-  STD_TORCH_CHECK(query_in.scalar_type() == points_in.scalar_type(), op,
-                  ": query and points must have the same dtype");
   STD_TORCH_CHECK(D >= 1, op, ": points need at least one coordinate (D >= 1)");
-  STD_TORCH_CHECK(k >= 1, op, ": k must be >= 1, got ", k);
-  check_int64_vector(query_lengths_in, B, op, "query_lengths");
-  check_int64_vector(points_lengths_in, B, op, "points_lengths");
   const int32_t dev = gpu_index(query_in);
   check_same_cuda(points_in, dev, op, "points");
   check_same_cuda(query_lengths_in, dev, op, "query_lengths");

@@ -475,6 +475,12 @@ class KNNClassifier(nn.Module):
                 f"{fn}: the gallery is an nn.Parameter (learned prototypes); growing it would replace the "
                 "tensor an optimiser holds. Build a new KNNClassifier instead"
             )
+        labels = self._check_new_items(fn, features, labels)
+        self.features = torch.cat([self.features, self._normalized(features)], 0)
+        self.labels = torch.cat([self.labels, labels], 0)
+
+    def _check_new_items(self, fn: str, features, labels) -> torch.Tensor:
+        """Validates items for :meth:`add` against the gallery; returns the labels as int64."""
         _check_features(fn, "features", features)
         g = self.features
         if features.shape[1] != g.shape[1]:
@@ -487,25 +493,14 @@ class KNNClassifier(nn.Module):
             raise ValueError(f"{fn}: features must be on the gallery's device {g.device}, got {features.device}")
         labels = _as_labels(fn, "labels", labels, features.shape[0], g.device)
         _check_label_range(fn, "labels", labels, self._num_classes)
-        self.features = torch.cat([g, self._normalized(features)], 0)
-        self.labels = torch.cat([self.labels, labels], 0)
+        return labels
 
     def _add_sharded(self, fn: str, features, labels) -> None:
         grp = self._group
 
         def local():
-            _check_features(fn, "features", features)
+            lab = self._check_new_items(fn, features, labels)
             g = self.features
-            if features.shape[1] != g.shape[1]:
-                raise ValueError(
-                    f"{fn}: features must have shape (n, {g.shape[1]}) to match the gallery, got {V._shape(features)}"
-                )
-            if features.dtype != g.dtype:
-                raise TypeError(f"{fn}: features must have the gallery's dtype {g.dtype}, got {features.dtype}")
-            if features.device != g.device:
-                raise ValueError(f"{fn}: features must be on the gallery's device {g.device}, got {features.device}")
-            lab = _as_labels(fn, "labels", labels, features.shape[0], g.device)
-            _check_label_range(fn, "labels", lab, self._num_classes)
             facts = [features.shape[0], _dist._checksum(features), _dist._checksum(lab), g.shape[0]]
             return lab, facts
 
