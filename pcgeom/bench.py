@@ -74,7 +74,7 @@ WORKLOADS = {
     "fps-scene": dict(op="fps", B=1, N=200_000, D=3, S=4096, what="scene downsampling"),
     "group-mae": dict(op="group", B=128, N=1024, D=3, G=64, k=32, what="group_patches end to end, Point-MAE pretraining batch"),
 }
-DATASETS = ("cube", "scan")
+DATASETS = ("cube", "sphere", "clustered", "scan")
 
 # (workload, method) -> why it is not run.  Figures: the project's peer table.
 SKIPS = {
@@ -146,10 +146,28 @@ def _features(xyz: torch.Tensor, D: int) -> torch.Tensor:
     return (enc @ proj).contiguous()
 
 
+def _clustered(B: int, N: int, D: int, g: torch.Generator) -> torch.Tensor:
+    """Clustered clouds with 100x density differences: 32 Gaussian blobs of
+    one width (0.03) per cloud, centres uniform in the unit cube, holding
+    shares of the points log-spaced over a factor of 100 (so the densest blob
+    is 100x as dense as the sparsest, in any D)."""
+    n_c = 32
+    centres = torch.rand(B, n_c, D, generator=g)
+    share = torch.logspace(0, 2, n_c)
+    which = torch.multinomial(share.expand(B, n_c), N, replacement=True, generator=g)
+    noise = torch.randn(B, N, D, generator=g) * 0.03
+    return (torch.gather(centres, 1, which[..., None].expand(B, N, D)) + noise).contiguous()
+
+
 def make_points(dataset: str, B: int, N: int, D: int) -> torch.Tensor:
-    if dataset == "cube":
+    if dataset in ("cube", "sphere", "clustered"):
         g = torch.Generator().manual_seed(0)
-        return torch.rand(B, N, D, generator=g)
+        if dataset == "cube":
+            return torch.rand(B, N, D, generator=g)
+        if dataset == "sphere":  # uniform on the unit sphere's surface (a 2-D manifold for D = 3)
+            x = torch.randn(B, N, D, generator=g)
+            return (x / x.norm(dim=-1, keepdim=True)).contiguous()
+        return _clustered(B, N, D, g)
     clouds = []
     for b in range(B):
         xyz = _surface_cloud(N, b)
@@ -688,7 +706,9 @@ def render(rows, scaling, args, threads, elapsed) -> str:
                          f"{s['peer_name']} | {_fmt(pr and pr['ms'])} | {_fmt(pr and pr['mb'])} | "
                          f"{'-' if ratio is None else f'{ratio:.2f}'} |")
     lines.append("")
-    lines.append("Datasets: `cube` = uniform in the unit cube (seed 0); `scan` = the bundled scans "
+    lines.append("Datasets: `cube` = uniform in the unit cube (seed 0); `sphere` = uniform on the unit sphere's "
+                 "surface; `clustered` = 32 Gaussian blobs per cloud with widths from 0.002 to 0.2 (densities "
+                 "100x apart); `scan` = the bundled scans "
                  "(bunny, armadillo, chinese_dragon, kitten, one per cloud in turn), subsampled, or "
                  "densified within the tangent plane when a workload needs more points than the scan "
                  "has; knn-feat on `scan` uses 64-D positional-encoding features of the scan points.")
@@ -857,7 +877,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="3 rounds (methods slower than --slow: their warm-up call only), "
                          "no memory probe, no scaling report")
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated subset of: " + ", ".join(WORKLOADS))
-    ap.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated subset of: cube, scan")
+    ap.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated subset of: " + ", ".join(DATASETS))
     ap.add_argument("--repeats", type=int, default=None, help="timed rounds (default 7, 3 with --quick)")
     ap.add_argument("--threads", type=int, default=None, help="threads for every method (default: all cores)")
     ap.add_argument("--slow", type=float, default=None,
