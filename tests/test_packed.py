@@ -147,6 +147,23 @@ def test_knn_packed_under_torch_compile():
     assert torch.equal(i, i2) and torch.equal(d, d2)
 
 
+def test_knn_packed_fullgraph_forward_and_backward():
+    # The padded shapes depend on the offsets' values: with dynamo capturing
+    # scalar outputs they become unbacked sizes and the whole call is one graph.
+    import torch._dynamo
+
+    q, qo = ragged([3, 0, 5, 1], seed=9)
+    q = q.double().requires_grad_()
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        f = torch.compile(lambda a, o: pcgeom.knn(a, a, 3, query_offsets=o, points_offsets=o).dist2.sum(),
+                          fullgraph=True, backend="aot_eager")
+        out = f(q, qo)
+        (g,) = torch.autograd.grad(out, q)
+    ref = pcgeom.knn(q, q, 3, query_offsets=qo, points_offsets=qo).dist2.sum()
+    (g_ref,) = torch.autograd.grad(ref, q)
+    assert torch.equal(out, ref) and torch.equal(g, g_ref)
+
+
 @pytest.mark.parametrize(
     "qo, po, match",
     [

@@ -5,7 +5,10 @@ plus cumulative **end** offsets: cloud ``b`` is rows
 ``offsets[b-1]:offsets[b]`` (``offsets[-1] == N_total``, cloud 0 starts at 0).
 This module serves that layout on the same native kernels as the padded one:
 
-* the offsets are value-checked once (one host sync, in eager mode only);
+* the offsets are value-checked once (one host sync, in eager mode only;
+  under ``torch.compile(fullgraph=True)`` set
+  ``torch._dynamo.config.capture_scalar_outputs = True`` so the padded sizes,
+  which depend on the offsets' values, become unbacked sizes in the graph);
 * the packed rows are padded with **one gather** to ``(B, max_len, D)`` with
   per-cloud lengths, the padded kernel runs (no Python loop over clouds), and
   the result is packed back with another gather, turning per-cloud indices into
