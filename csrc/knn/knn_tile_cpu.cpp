@@ -32,6 +32,7 @@
 #include <torch/csrc/stable/ops.h>
 
 #include "common/pcgeom_common.h"
+#include "common/topk_cpu.h"
 #include "knn/knn_scan_cpu.h"
 
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
@@ -52,23 +53,14 @@ constexpr int64_t kParallelWork = 1 << 15;
 template <typename A>
 struct TileKey;
 
+// float32: FiniteKey's packed (distance bits, index) uint64, with every NaN
+// made the one positive quiet NaN, whose bits rank after +inf's (ties by index).
 template <>
-struct TileKey<float> {
-  using type = uint64_t;
+struct TileKey<float> : cpu::FiniteKey<float> {
   static type make(float d, int64_t i) {
-    uint32_t bits;
-    std::memcpy(&bits, &d, sizeof(bits));
-    bits = d != d ? 0x7fc00000u : bits;  // any NaN ranks after +inf, ties by index
-    return (static_cast<uint64_t>(bits) << 32) | static_cast<uint32_t>(i);
+    type key = cpu::FiniteKey<float>::make(d, i);
+    return d != d ? (uint64_t{0x7fc00000u} << 32) | static_cast<uint32_t>(i) : key;
   }
-  static float dist(type k) {
-    const uint32_t bits = static_cast<uint32_t>(k >> 32);
-    float d;
-    std::memcpy(&d, &bits, sizeof(d));
-    return d;
-  }
-  static int64_t idx(type k) { return static_cast<int64_t>(static_cast<uint32_t>(k)); }
-  static bool less(type a, type b) { return a < b; }
 };
 
 struct TileKeyD {
