@@ -218,10 +218,17 @@ def _pointgpt_order_fake(centers):
 
 
 def _gather_points(points: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """``points[b, idx[b, ...]]`` for any index shape, differentiable w.r.t. points."""
-    D = points.shape[2]
-    flat = rearrange(idx, "b ... -> b (...)")
-    out = points.gather(1, repeat(flat, "b m -> b m d", d=D))
+    """``points[b, idx[b, ...]]`` for any index shape, differentiable w.r.t. points.
+
+    Only for indices known to be in ``[0, N)`` (FPS and KNN results with
+    ``k <= N``): a flat ``index_select`` over ``(B*N, D)`` rows is ~4x faster
+    than ``gather`` with a D-expanded index, but an out-of-range index would
+    read another cloud's row instead of raising.
+    """
+    B, N, D = points.shape
+    offsets = torch.arange(B, device=idx.device, dtype=idx.dtype).mul_(N)
+    flat = (rearrange(idx, "b ... -> b (...)") + offsets[:, None]).reshape(-1)
+    out = points.reshape(B * N, D).index_select(0, flat)
     return out.reshape(*idx.shape, D)
 
 

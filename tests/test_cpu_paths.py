@@ -10,8 +10,10 @@ csrc/knn/knn_blocked_cpu.cpp, csrc/farthest_point_sample/farthest_point_sample_c
 * KNN, D > 8: blocked GEMM candidate selection with exact re-ranking (symmetric
   tiles for self queries) for large enough clouds, else the tile path;
 * KNN, the tile path (csrc/knn/knn_tile_cpu.cpp): vectorised exact distance
-  tiles with a partial selection and a radix sort of the survivors, for small
-  clouds, k a large share of N, small high-D batches and NaN/inf queries;
+  tiles, a first threshold from group minima of a bootstrap window, a partial
+  selection and a rank-count or radix sort of the survivors, for small clouds,
+  few queries per cloud, k a large share of N, small high-D batches and
+  NaN/inf queries;
 * ``PCGEOM_KNN_CPU_PATH=tree|blocked|tile|scan`` forces one KNN kernel: the
   cases at the end run every input through every kernel, and through the
   dispatcher at its boundaries;
@@ -307,6 +309,30 @@ def test_tile_sizes_and_large_k(knn_path):
     assert_knn_exact(h[:, :9].contiguous(), h, 11)
 
 
+@pytest.mark.parametrize("knn_path", ["tile"], indirect=True)
+def test_tile_bootstrap_window(knn_path):
+    # The first threshold comes from 2k group minima of the first
+    # min(N, 1024) distances when that window holds >= 4k points: both sides
+    # of 4k, a window that is the whole cloud, one that is followed by more
+    # points, NaN/inf inside it, all-equal distances, radius and float64.
+    for N, k in ((128, 32), (127, 32), (1024, 32), (1025, 32), (1024, 256), (3000, 20), (4096, 1)):
+        p = random_cloud(1, N, 3, seed=90 + k)
+        assert_knn_exact(p[:, :37].contiguous(), p, k)
+    p = _nonfinite(random_cloud(2, 1500, 3, seed=91))
+    assert_knn_exact(p, p, 24)
+    nan_row = random_cloud(1, 1100, 3, seed=92)
+    nan_row[0, :600] = float("nan")  # most groups hold only NaN: their minimum stays +inf
+    assert_knn_exact(nan_row[:, 590:620].contiguous(), nan_row, 40)
+    assert_knn_exact(torch.zeros(1, 40, 3), torch.zeros(1, 1200, 3), 50)
+    g = lattice_cloud(1, 11, 3)  # 1331 points: ties at the bound
+    assert_knn_exact(g[:, ::7].contiguous(), g, 27)
+    q = random_cloud(1, 33, 3, seed=93)
+    assert_knn_exact(q, random_cloud(1, 2000, 3, seed=94), 30, radius=0.05)
+    assert_knn_exact(q.double(), random_cloud(1, 2000, 3, seed=95).double(), 30)
+    f = random_cloud(1, 900, 64, seed=96)
+    assert_knn_exact(f[:, :50].contiguous(), f, 20)
+
+
 def test_tile_same_answer_for_any_thread_count(monkeypatch):
     monkeypatch.setenv("PCGEOM_KNN_CPU_PATH", "tile")
     p = clustered_cloud(3, 700, seed=78)
@@ -324,12 +350,16 @@ def test_tile_same_answer_for_any_thread_count(monkeypatch):
 def test_dispatcher_boundaries(monkeypatch):
     # Unforced calls on either side of each rule of knn_cpu.cpp's dispatcher.
     monkeypatch.delenv("PCGEOM_KNN_CPU_PATH", raising=False)
-    p = random_cloud(1, 256, 3, seed=80)  # tree needs >= 256 points, 8k <= n, 24 queries
+    p = random_cloud(1, 256, 3, seed=80)  # tree needs >= 256 points, 8k <= n, 192 queries
     assert_knn_exact(p, p, 32)
     assert_knn_exact(p, p, 33)
-    assert_knn_exact(p[:, :24].contiguous(), p, 8)
-    assert_knn_exact(p[:, :23].contiguous(), p, 8)
+    assert_knn_exact(p[:, :192].contiguous(), p, 8)
+    assert_knn_exact(p[:, :191].contiguous(), p, 8)
     assert_knn_exact(p[:, :255].contiguous(), p[:, :255].contiguous(), 8)
+    h = random_cloud(1, 2048, 5, seed=84)  # D = 5: >= 2048 points and queries
+    assert_knn_exact(h, h, 16)
+    assert_knn_exact(h[:, :2047].contiguous(), h, 16)
+    assert_knn_exact(h[:, :2047].contiguous(), h[:, :2047].contiguous(), 16)
     f = random_cloud(1, 4096, 64, seed=81)  # blocked from N * D = 2^18, 4k <= N, M >= 32
     assert_knn_exact(f[:, :32].contiguous(), f, 256)
     assert_knn_exact(f[:, :31].contiguous(), f, 256)

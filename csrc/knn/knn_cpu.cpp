@@ -128,14 +128,49 @@ struct WorkItem {
 };
 
 // The KD-tree pays off when there are enough queries to amortise the build and
-// k is small against the cloud; otherwise the direct scan wins.
-inline bool choose_tree(int64_t M_b, int64_t n_finite, int64_t K, KnnPath path) {
+// k is small against the cloud; otherwise the tile path wins.  The tree costs
+// a build of O(n log n) plus a per-query search that grows with k and, on
+// uniform data, steeply with D; the tile path costs O(n D) per query.  So the
+// crossover is a number of queries per cloud, nearly independent of n in
+// 3-D, and a cloud size as well from D = 5 on.  Measured on the project's
+// 2-core machine (2 threads, uniform cube, best of 7 interleaved runs, ms,
+// both kernels forced with PCGEOM_KNN_CPU_PATH; tile / tree):
+//   B x M x N, D, k            tree   tile  tile/tree
+//   128 x 64 x 1024, 3, 32     20.5   13.1   0.64   (group-mae)
+//   32 x 128 x 1024, 3, 32      8.5    7.1   0.84
+//   32 x 192 x 1024, 3, 16      7.2    6.7   0.93
+//   8 x 256 x 2048, 3, 32       4.1    5.1   1.25
+//   1 x 256 x 65536, 3, 16      8.2    7.8   0.96
+//   1 x 512 x 65536, 3, 16      7.2   10.8   1.51
+//   16 x 1024 x 1024, 3, 16    12.8   21.4   1.67
+//   16 x 1024 x 1024, 3, 32    20.7   24.8   1.20
+//   64 x 256 x 256, 3, 32      15.7   14.7   0.94   (k = n/8)
+//   4 x 2048 x 2048, 5, 16     15.1   16.2   1.07
+//   2 x 4096 x 4096, 6, 16     29.3   29.7   1.01
+//   2 x 4096 x 4096, 7, 16     36.9   30.4   0.82
+//   1 x 8192 x 8192, 8, 16     70.0   63.0   0.90
+//   1 x 1024 x 8192, 8, 16     19.8    8.2   0.42
+//   1 x 16384 x 16384, 8, 16  145    158     1.09
+// Rule: >= 256 finite points, 8k <= n, and at least kTreeMin(D) queries;
+// for D >= 5 also at least kTreeMin(D) points.
+inline int64_t tree_min(int64_t D) {
+  switch (D) {
+    case 5: return 2048;
+    case 6: return 4096;
+    case 7: return 6144;
+    case 8: return 12288;
+    default: return 192;  // D <= 4
+  }
+}
+
+inline bool choose_tree(int64_t M_b, int64_t n_finite, int64_t K, int64_t D, KnnPath path) {
   if (path == KnnPath::kTree) return n_finite > 0;
   if (path != KnnPath::kAuto) return false;
   if (n_finite < 256) return false;
   if (K * 8 > n_finite) return false;
-  const double lg = std::log2(static_cast<double>(n_finite));
-  return static_cast<double>(M_b) >= 2.0 * lg + 8.0;
+  const int64_t need = tree_min(D);
+  if (D >= 5 && n_finite < need) return false;
+  return M_b >= need;
 }
 
 // Everything done for one cloud before the search: split finite / non-finite
@@ -159,7 +194,7 @@ void prepare_lowd_cloud(const A* q, const A* p, const int64_t* ql, const int64_t
     if (!cpu::all_finite<D, A>(pb + j * D)) c.nonfinite.push_back(static_cast<int32_t>(j));
   }
   const int64_t n_finite = L - static_cast<int64_t>(c.nonfinite.size());
-  c.use_tree = choose_tree(Mq, n_finite, K, path);
+  c.use_tree = choose_tree(Mq, n_finite, K, D, path);
   const int32_t cb = static_cast<int32_t>(b);
   if (c.use_tree) {
     KdBuilder<D, A> bl(&c.tree);
@@ -397,7 +432,9 @@ bool knn_lowd_dispatch(int64_t D, const A* q, const A* p, const int64_t* ql, con
 //
 //   N >= 2^31 points                      -> scan (the other paths index in int32)
 //   D <= 8, per cloud (choose_tree):
-//     >= 256 finite points, 8k <= n and >= 2 log2(n) + 8 queries -> KD-tree
+//     >= 256 finite points, 8k <= n, >= 192 queries (D <= 4), or
+//     >= 2048 / 4096 / 6144 / 12288 points and queries (D = 5 / 6 / 7 / 8)
+//                                                                  -> KD-tree
 //     otherwise                                                    -> tile
 //   D > 8, per call:
 //     N * D >= 2^18, 4k <= N and M >= 32  -> blocked GEMM (+ tile for the rows it
@@ -431,7 +468,7 @@ inline KnnPath choose_path(int64_t B, int64_t M, int64_t N, int64_t D, int64_t K
   // choose_tree only grows more willing with more points and queries, so the
   // padded sizes bound every cloud: if even they get no tree, no cloud does,
   // and the call skips the per-cloud preparation.
-  if (D <= kMaxTreeDim) return choose_tree(M, N, K, KnnPath::kAuto) ? KnnPath::kAuto : KnnPath::kTile;
+  if (D <= kMaxTreeDim) return choose_tree(M, N, K, D, KnnPath::kAuto) ? KnnPath::kAuto : KnnPath::kTile;
   if (blocked_pays(M, N, D, K)) return KnnPath::kBlocked;
   return KnnPath::kTile;
 }

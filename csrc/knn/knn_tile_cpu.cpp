@@ -18,11 +18,23 @@
 //      lower index) is plain integer order;
 //   3. when the buffer holds 2k + 64 keys it is cut back to the k best with
 //      one nth_element (O(buffer)), which also lowers the threshold; at the end
-//      one more selection and a sort of the k survivors give the answer.
+//      one more selection and a sort of the k survivors give the answer;
+//   4. the first threshold comes before any key is appended: the distances of
+//      the first window of points (up to kWin, when it holds at least 4k) are
+//      kept, split into 2k strided groups, and the k-th smallest of the group
+//      minima bounds the k-th distance from above (k distinct points lie at or
+//      below it).  Only ~1.4k of the window's keys then pass, where a first
+//      tile without a threshold appended all of them and paid a selection on
+//      2k + 64 keys or more: on Point-MAE's 64 centres x 1024 points, k = 32,
+//      the selection was over half the time.
 // So the top-k bookkeeping costs O(N + k log k) per query, never k insertions
 // per candidate, and k = N is a plain sort.  Memory: one tile and the group's
 // key buffers per thread, nothing of the size of `points`.
 #include "knn/knn_tile_cpu.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -41,13 +53,34 @@
 #else
 #define PCGEOM_TILE_INLINE inline
 #endif
+// Lambdas of the kernel are inlined too, so the AVX2 copy really is AVX2 code.
+#if defined(__GNUC__) || defined(__clang__)
+#define PCGEOM_LAMBDA_INLINE __attribute__((always_inline))
+#else
+#define PCGEOM_LAMBDA_INLINE
+#endif
 
 namespace pcgeom {
 namespace {
 
+// Index of the lowest set bit of a non-zero mask.
+inline int lowest_bit(uint32_t m) {
+#if defined(__GNUC__) || defined(__clang__)
+  return __builtin_ctz(m);
+#else
+  int u = 0;
+  while (!(m & 1u)) {
+    m >>= 1;
+    ++u;
+  }
+  return u;
+#endif
+}
+
 constexpr int64_t kT = 256;  // points per tile
 constexpr int64_t kW = 16;   // distances per register block
 constexpr int64_t kMaxRows = 32;
+constexpr int64_t kWin = 1024;  // points in the bootstrap window (a multiple of kT)
 constexpr int64_t kParallelWork = 1 << 15;
 
 template <typename A>
@@ -129,6 +162,107 @@ inline void sort_keys(Key* a, int64_t n, Key* /*tmp*/) {
   std::sort(a, a + n, [](const Key& x, const Key& y) { return TileKey<double>::less(x, y); });
 }
 
+// Bit u set when dv[u] may enter a top k whose bound is w: dv[u] <= w within
+// a radius, !(dv[u] > w) otherwise (NaN enters while no bound excludes it).
+template <typename A>
+PCGEOM_TILE_INLINE uint32_t block_mask(const A* dv, A w, bool use_radius) {
+  uint32_t mask = 0;
+  for (int64_t u = 0; u < kW; ++u) {
+    mask |= static_cast<uint32_t>(use_radius ? dv[u] <= w : !(dv[u] > w)) << u;
+  }
+  return mask;
+}
+#if defined(__SSE2__)
+template <>
+PCGEOM_TILE_INLINE uint32_t block_mask<float>(const float* dv, float w, bool use_radius) {
+  const __m128 wv = _mm_set1_ps(w);
+  uint32_t mask = 0;
+  for (int u = 0; u < kW; u += 4) {
+    const __m128 d = _mm_loadu_ps(dv + u);
+    const __m128 c = use_radius ? _mm_cmple_ps(d, wv) : _mm_cmpngt_ps(d, wv);
+    mask |= static_cast<uint32_t>(_mm_movemask_ps(c)) << u;
+  }
+  return mask;
+}
+template <>
+PCGEOM_TILE_INLINE uint32_t block_mask<double>(const double* dv, double w, bool use_radius) {
+  const __m128d wv = _mm_set1_pd(w);
+  uint32_t mask = 0;
+  for (int u = 0; u < kW; u += 2) {
+    const __m128d d = _mm_loadu_pd(dv + u);
+    const __m128d c = use_radius ? _mm_cmple_pd(d, wv) : _mm_cmpngt_pd(d, wv);
+    mask |= static_cast<uint32_t>(_mm_movemask_pd(c)) << u;
+  }
+  return mask;
+}
+#endif
+
+// An upper bound, within 2^-8 (float32) or 2^-9 (float64) relative, of the
+// k-th smallest of m non-negative, non-NaN numbers: a binary search on the
+// top bits of their patterns (non-negative floats order like their bits),
+// each step one vectorised count -- no data-dependent branch, unlike a
+// selection.  At least k of the numbers are <= the result.
+template <typename A>
+struct BitsOf;
+template <>
+struct BitsOf<float> {
+  using type = int32_t;
+  static constexpr int kTop = 30, kLow = 15;
+  static constexpr int32_t kInf = 0x7f800000;
+};
+template <>
+struct BitsOf<double> {
+  using type = int64_t;
+  static constexpr int kTop = 62, kLow = 43;
+  static constexpr int64_t kInf = 0x7ff0000000000000ll;
+};
+
+template <typename A>
+PCGEOM_TILE_INLINE A kth_upper_bound(const A* x, int64_t m, int64_t k, typename BitsOf<A>::type* bits) {
+  using I = typename BitsOf<A>::type;
+  std::memcpy(bits, x, static_cast<size_t>(m) * sizeof(A));
+  I t = 0;
+  for (int b = BitsOf<A>::kTop; b >= BitsOf<A>::kLow; --b) {
+    const I probe = t | ((I(1) << b) - 1);
+    I c = 0;  // the pattern's width: the count vectorises in full lanes
+    for (int64_t u = 0; u < m; ++u) c += bits[u] <= probe;
+    if (c < k) t |= I(1) << b;
+  }
+  I r = t | ((I(1) << BitsOf<A>::kLow) - 1);
+  if (r > BitsOf<A>::kInf) r = BitsOf<A>::kInf;  // a NaN pattern: the answer is +inf
+  A out;
+  std::memcpy(&out, &r, sizeof(out));
+  return out;
+}
+
+// The k smallest of n distinct float32 keys, sorted, into a[0, min(n, k)),
+// by rank counting: each key's rank is the number of keys below it, found
+// with branch-free vector compares (n^2 of them), where a selection plus a
+// sort of a few dozen keys costs a mispredicted branch per comparison.  Pays
+// up to about a hundred keys -- the usual survivor count after the bootstrap
+// window.  Returns false (nothing done) for other sizes or key types.
+constexpr int64_t kRankMax = 128;
+
+PCGEOM_TILE_INLINE bool rank_select(uint64_t* a, int64_t n, int64_t k, uint64_t* tmp) {
+  if (n > kRankMax || n < 2) return n < 2;
+  // Keys have a clear top bit (non-negative distance bits), so a signed
+  // compare orders them like unsigned ones, and signed compares vectorise.
+  const int64_t* x = reinterpret_cast<const int64_t*>(a);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t v = x[i];
+    int64_t r = 0;
+    for (int64_t j = 0; j < n; ++j) r += x[j] < v;
+    if (r < k) tmp[r] = a[i];
+  }
+  std::memcpy(a, tmp, static_cast<size_t>(std::min(n, k)) * sizeof(uint64_t));
+  return true;
+}
+
+template <typename Key>
+inline bool rank_select(Key*, int64_t, int64_t, Key*) {
+  return false;
+}
+
 template <typename A>
 struct Scratch {
   using Key = typename TileKey<A>::type;
@@ -140,7 +274,18 @@ struct Scratch {
   std::unique_ptr<Key[]> tmp;   // radix sort buffer (stride keys)
   std::vector<int64_t> count;
   std::vector<A> thr;
+  std::vector<A> win;   // per row: the window's distances (stride win_stride)
+  std::vector<A> gmin;  // 2k group minima
+  std::vector<typename BitsOf<A>::type> gbits;
 };
+
+// The bootstrap window (step 4 above): the first min(L, kWin) points when
+// that holds at least 4k points (2k groups of at least two), else none.
+inline int64_t boot_window(int64_t L, int64_t K) {
+  const int64_t W = std::min(L, kWin);
+  return W >= 4 * K ? W : 0;
+}
+inline int64_t win_stride(int64_t W) { return W + kW; }
 
 // One group of query rows against all L points.  DC: D as a compile-time
 // constant (1..8), or 0.
@@ -164,30 +309,21 @@ PCGEOM_TILE_INLINE void tile_group_impl(const A* qb, const int32_t* rows, int64_
     thr[i] = use_radius ? r2 : pos_inf<A>();
   }
   // Appends the candidates of one query's tile row; cuts back to k when full.
-  auto filter = [&](int64_t i, const A* drow, int64_t j0, int64_t tn) {
+  auto filter = [&](int64_t i, const A* drow, int64_t j0, int64_t tn) PCGEOM_LAMBDA_INLINE {
     Key* kb = keys + i * stride;
     int64_t c = cnt[i];
     const A w = thr[i];
     for (int64_t t0 = 0; t0 < tn; t0 += kW) {
       const int64_t un = std::min(kW, tn - t0);
       const A* dv = drow + t0;
-      int any = 0;
-      if (use_radius) {
-        for (int64_t u = 0; u < kW; ++u) any |= dv[u] <= w;
-      } else {
-        for (int64_t u = 0; u < kW; ++u) any |= !(dv[u] > w);
-      }
-      if (!any) continue;  // (padding lanes may set `any`: that only costs a pass)
-      if (use_radius) {
-        for (int64_t u = 0; u < un; ++u) {
-          kb[c] = F::make(dv[u], j0 + t0 + u);
-          c += dv[u] <= w;
-        }
-      } else {
-        for (int64_t u = 0; u < un; ++u) {
-          kb[c] = F::make(dv[u], j0 + t0 + u);
-          c += !(dv[u] > w);
-        }
+      // One bit per lane that may enter (vectorised compares); past a good
+      // threshold most blocks have none, and the rest append only their hits.
+      uint32_t mask = block_mask(dv, w, use_radius);
+      mask &= (uint32_t(1) << un) - 1;  // padding lanes
+      while (mask) {
+        const int u = lowest_bit(mask);
+        mask &= mask - 1;
+        kb[c++] = F::make(dv[u], j0 + t0 + u);
       }
     }
     if (c >= cap && c > K) {
@@ -197,6 +333,33 @@ PCGEOM_TILE_INLINE void tile_group_impl(const A* qb, const int32_t* rows, int64_
       thr[i] = F::dist(kb[K - 1]);
     }
     cnt[i] = c;
+  };
+  const int64_t W = boot_window(L, K);
+  const int64_t WS = win_stride(W);
+  A* win = W > 0 ? s.win.data() : nullptr;
+  // Step 4: the window's threshold from group minima, then its keys.
+  auto bootstrap = [&](int64_t i) PCGEOM_LAMBDA_INLINE {
+    const A* d = win + i * WS;
+    const int64_t m = 2 * K;
+    A* gm = s.gmin.data();
+    for (int64_t u = 0; u < m; ++u) gm[u] = pos_inf<A>();
+    // NaN never replaces a minimum (the comparison is false): a group of
+    // NaNs keeps +inf, and +inf as the bound lets everything in.
+    for (int64_t s0 = 0; s0 < W; s0 += m) {
+      const int64_t un = std::min(m, W - s0);
+      const A* ds = d + s0;
+      for (int64_t u = 0; u < un; ++u) gm[u] = ds[u] < gm[u] ? ds[u] : gm[u];
+    }
+    const A t = kth_upper_bound(gm, m, K, s.gbits.data());
+    if (t < thr[i]) thr[i] = t;
+    for (int64_t j = 0; j < W; j += kT) filter(i, d + j, j, std::min(kT, W - j));
+    // More points follow: start them from the exact k-th key of the window.
+    if (L > W && cnt[i] > K) {
+      Key* kb = keys + i * stride;
+      std::nth_element(kb, kb + (K - 1), kb + cnt[i], less);
+      cnt[i] = K;
+      thr[i] = F::dist(kb[K - 1]);
+    }
   };
   auto qrow = [&](int64_t i) { return qb + (rows ? rows[g0 + i] : g0 + i) * D; };
   for (int64_t j0 = 0; j0 < L; j0 += kT) {
@@ -214,6 +377,10 @@ PCGEOM_TILE_INLINE void tile_group_impl(const A* qb, const int32_t* rows, int64_
     for (int64_t d = 0; d < D; ++d) {
       for (int64_t t = tn; t < tp; ++t) X[d * kT + t] = A(0);
     }
+    // Inside the window distances are kept for the bootstrap, not filtered.
+    const bool in_win = j0 < W;
+    const bool win_done = in_win && j0 + tn >= W;
+    auto drow = [&](int64_t i, int r) { return in_win ? win + (i + r) * WS + j0 : dist + r * kT; };
     int64_t i = 0;
     // Four queries at a time share every load of the tile (register blocking).
     for (; i + 4 <= gn; i += 4) {
@@ -236,14 +403,24 @@ PCGEOM_TILE_INLINE void tile_group_impl(const A* qb, const int32_t* rows, int64_
             a3[u] += e3 * e3;
           }
         }
+        A* o0 = drow(i, 0) + t0;
+        A* o1 = drow(i, 1) + t0;
+        A* o2 = drow(i, 2) + t0;
+        A* o3 = drow(i, 3) + t0;
         for (int64_t u = 0; u < kW; ++u) {
-          dist[t0 + u] = a0[u];
-          dist[kT + t0 + u] = a1[u];
-          dist[2 * kT + t0 + u] = a2[u];
-          dist[3 * kT + t0 + u] = a3[u];
+          o0[u] = a0[u];
+          o1[u] = a1[u];
+          o2[u] = a2[u];
+          o3[u] = a3[u];
         }
       }
-      for (int r = 0; r < 4; ++r) filter(i + r, dist + r * kT, j0, tn);
+      for (int r = 0; r < 4; ++r) {
+        if (!in_win) {
+          filter(i + r, dist + r * kT, j0, tn);
+        } else if (win_done) {
+          bootstrap(i + r);
+        }
+      }
     }
     for (; i < gn; ++i) {
       const A* qr = qrow(i);
@@ -258,9 +435,14 @@ PCGEOM_TILE_INLINE void tile_group_impl(const A* qb, const int32_t* rows, int64_
             acc[u] += diff * diff;
           }
         }
-        for (int64_t u = 0; u < kW; ++u) dist[t0 + u] = acc[u];
+        A* o = drow(i, 0) + t0;
+        for (int64_t u = 0; u < kW; ++u) o[u] = acc[u];
       }
-      filter(i, dist, j0, tn);
+      if (!in_win) {
+        filter(i, dist, j0, tn);
+      } else if (win_done) {
+        bootstrap(i);
+      }
     }
   }
   for (int64_t i = 0; i < gn; ++i) {
@@ -268,11 +450,14 @@ PCGEOM_TILE_INLINE void tile_group_impl(const A* qb, const int32_t* rows, int64_
     const A* qr = qb + m * D;
     Key* kb = keys + i * stride;
     int64_t n = cnt[i];
-    if (n > K) {
-      std::nth_element(kb, kb + (K - 1), kb + n, less);
-      n = K;
+    if (!rank_select(kb, n, K, s.tmp.get())) {
+      if (n > K) {
+        std::nth_element(kb, kb + (K - 1), kb + n, less);
+        n = K;
+      }
+      sort_keys(kb, n, s.tmp.get());
     }
-    sort_keys(kb, n, s.tmp.get());
+    n = std::min(n, K);
     A* o = od + m * K;
     int64_t* oix = oi + m * K;
     for (int64_t r = 0; r < n; ++r) {
@@ -365,6 +550,12 @@ void knn_tile_rows(const A* qb, const int32_t* rows, int64_t nrows, const A* pb,
   s.tmp.reset(new Key[stride]);
   s.count.resize(G);
   s.thr.resize(G);
+  const int64_t W = boot_window(L, K);
+  if (W > 0) {
+    s.win.resize(G * win_stride(W));
+    s.gmin.resize(2 * K);
+    s.gbits.resize(2 * K);
+  }
   for (int64_t g0 = 0; g0 < nrows; g0 += G) {
     const int64_t gn = std::min(G, nrows - g0);
     tile_group_dispatch<A>(qb, rows, g0, gn, pb, L, D, K, use_radius, r2, od, oi, s, cap);
