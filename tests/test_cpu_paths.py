@@ -26,6 +26,10 @@ The cases below are sized to force each path.  Every answer must equal
 bits (NaN included), in every dtype.
 """
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -331,6 +335,20 @@ def test_tile_bootstrap_window(knn_path):
     assert_knn_exact(q.double(), random_cloud(1, 2000, 3, seed=95).double(), 30)
     f = random_cloud(1, 900, 64, seed=96)
     assert_knn_exact(f[:, :50].contiguous(), f, 20)
+
+
+@pytest.mark.skipif(bool(os.environ.get("PCGEOM_CPU_NO_AVX2")), reason="already the baseline run")
+def test_baseline_simd_copies_are_exact_too():
+    # The tile and tree kernels' hot loops exist twice, baseline SSE2 and AVX2
+    # (picked at run time, csrc/common/simd_cpu.h).  This machine runs the AVX2
+    # copies in every other test; here the path tests run again on the
+    # baseline copies, in a child process (the choice is made once per process).
+    env = dict(os.environ, PCGEOM_CPU_NO_AVX2="1")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
+           "-k", "every_path or tile or tree or dispatcher"]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout
 
 
 def test_tile_same_answer_for_any_thread_count(monkeypatch):

@@ -44,6 +44,7 @@
 #include <torch/csrc/stable/ops.h>
 
 #include "common/pcgeom_common.h"
+#include "common/simd_cpu.h"
 #include "common/topk_cpu.h"
 #include "knn/knn_scan_cpu.h"
 
@@ -491,16 +492,12 @@ __attribute__((target("avx2"))) void tile_group_avx2(PCGEOM_TILE_ARGS) {
   tile_group_impl<A, DC>(PCGEOM_TILE_PASS);
 }
 
-bool cpu_has_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2");
-  return yes;
-}
 #endif
 
 template <typename A, int DC>
 void tile_group(PCGEOM_TILE_ARGS) {
 #if defined(PCGEOM_TILE_AVX2)
-  if (cpu_has_avx2()) {
+  if (cpu::use_avx2()) {
     tile_group_avx2<A, DC>(PCGEOM_TILE_PASS);
     return;
   }
