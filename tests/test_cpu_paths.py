@@ -313,6 +313,20 @@ def test_tile_sizes_and_large_k(knn_path):
     assert_knn_exact(h[:, :9].contiguous(), h, 11)
 
 
+@pytest.mark.parametrize("knn_path", ["tree"], indirect=True)
+def test_tree_sorted_list_every_k(knn_path):
+    # The tree's sorted top-k list (k <= 48; a heap above): filled, ordered
+    # once by rank counting, then insertions by blend -- any k, not only
+    # multiples of the vector width, with ties on a lattice and duplicates.
+    p = random_cloud(2, 1200, 3, seed=97)
+    g = lattice_cloud(1, 10, 3)
+    dup = torch.cat([g, g], 1)  # every point twice: equal keys but for the index
+    for k in (1, 2, 3, 4, 5, 7, 15, 16, 17, 31, 47, 48, 49):
+        assert_knn_exact(p, p, k)
+        assert_knn_exact(g, g, k)
+        assert_knn_exact(dup[:, ::3].contiguous(), dup, k)
+
+
 @pytest.mark.parametrize("knn_path", ["tile"], indirect=True)
 def test_tile_bootstrap_window(knn_path):
     # The first threshold comes from 2k group minima of the first

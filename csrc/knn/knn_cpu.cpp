@@ -372,9 +372,12 @@ void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int6
               ghi[d] = i == 0 || src[d] > ghi[d] ? src[d] : ghi[d];
             }
           }
-          if (keys.empty()) keys.resize(cpu::kMaxGroup * K);
+          // kKeySlack slots before the first list: the AVX2 insertion reads
+          // up to four slots below a list's start (and rewrites them unchanged).
+          constexpr int64_t kKeySlack = 4;
+          if (keys.empty()) keys.resize(kKeySlack + cpu::kMaxGroup * K);
           tops.clear();
-          for (int64_t i = 0; i < g; ++i) tops.emplace_back(keys.data() + i * K, K);
+          for (int64_t i = 0; i < g; ++i) tops.emplace_back(keys.data() + kKeySlack + i * K, K);
           gs.run(c.tree, qa.data(), g, tops.data(), glo, ghi);
           for (int64_t i = 0; i < g; ++i) {
             FiniteTopK<A>& top = tops[i];

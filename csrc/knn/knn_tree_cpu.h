@@ -96,23 +96,60 @@ inline void scan_range_f32(const float* q, const float* const* X, const int32_t*
 #define PCGEOM_TREE_AVX2 1
 #include <immintrin.h>
 
-// Sorted-list insertion of x (known to rank before the current worst key):
-// its position is the number of keys below it, counted four at a time (the
-// packed keys have a clear top bit, so a signed compare orders them), then
-// one move -- no mispredicted exit of an element-by-element shift.
+// Sorted-list insertion of x (known to rank before the current worst key),
+// without a data-dependent branch: its position is the number of keys below
+// it (counted four at a time; the packed keys have a clear top bit, so a
+// signed compare orders them), then every block of four is rebuilt by a
+// blend of itself, its neighbour one slot down and x, from the top block
+// down.  The element-by-element shift it replaces ends in a mispredicted
+// branch per insertion.  Reads up to four slots before keys[0] and rewrites
+// up to three of them with their own values: the caller keeps them.
 __attribute__((target("avx2"), always_inline)) inline void insert_sorted_avx2(uint64_t* keys,
                                                                               int64_t k,
                                                                               uint64_t x) {
   const __m256i xv = _mm256_set1_epi64x(static_cast<long long>(x));
-  int64_t pos = 0, j = 0;
+  __m256i cnt = _mm256_setzero_si256();
+  int64_t j = 0;
   for (; j + 4 <= k; j += 4) {
     const __m256i kv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(keys + j));
-    const int m = _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpgt_epi64(xv, kv)));
-    pos += __builtin_popcount(static_cast<unsigned>(m));
+    cnt = _mm256_sub_epi64(cnt, _mm256_cmpgt_epi64(xv, kv));
   }
+  alignas(32) int64_t c4[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(c4), cnt);
+  int64_t pos = c4[0] + c4[1] + c4[2] + c4[3];
   for (; j < k; ++j) pos += keys[j] < x;
-  std::memmove(keys + pos + 1, keys + pos, static_cast<size_t>(k - 1 - pos) * sizeof(uint64_t));
-  keys[pos] = x;
+  const __m256i pv = _mm256_set1_epi64x(pos);
+  for (int64_t b = k - 4; b > -4; b -= 4) {
+    const __m256i iv = _mm256_add_epi64(_mm256_set1_epi64x(b), _mm256_set_epi64x(3, 2, 1, 0));
+    const __m256i cur = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(keys + b));
+    const __m256i prev = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(keys + b - 1));
+    __m256i r = _mm256_blendv_epi8(prev, cur, _mm256_cmpgt_epi64(pv, iv));  // below pos: stays
+    r = _mm256_blendv_epi8(r, xv, _mm256_cmpeq_epi64(iv, pv));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(keys + b), r);
+  }
+}
+
+// Orders a full list of k <= kSortedListMaxK keys by rank counting (k^2
+// vector compares, no branch), where std::sort of a few dozen keys pays a
+// mispredicted branch per comparison.
+__attribute__((target("avx2"), always_inline)) inline void settle_sorted_avx2(uint64_t* keys,
+                                                                              int64_t k) {
+  uint64_t tmp[kSortedListMaxK];
+  for (int64_t i = 0; i < k; ++i) {
+    const __m256i xv = _mm256_set1_epi64x(static_cast<long long>(keys[i]));
+    __m256i cnt = _mm256_setzero_si256();
+    int64_t j = 0;
+    for (; j + 4 <= k; j += 4) {
+      const __m256i kv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(keys + j));
+      cnt = _mm256_sub_epi64(cnt, _mm256_cmpgt_epi64(xv, kv));
+    }
+    alignas(32) int64_t c4[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(c4), cnt);
+    int64_t r = c4[0] + c4[1] + c4[2] + c4[3];
+    for (; j < k; ++j) r += keys[j] < keys[i];
+    tmp[r] = keys[i];  // keys are distinct (distinct indices): ranks are a permutation
+  }
+  std::memcpy(keys, tmp, static_cast<size_t>(k) * sizeof(uint64_t));
 }
 
 // scan_range_f32 with eight points per step, for CPUs with AVX2 (picked at
@@ -143,8 +180,11 @@ __attribute__((target("avx2"))) void scan_range_f32_avx2(const float* q, const f
       m &= m - 1;
       if (!(dv[l] <= w)) continue;
       const uint64_t key = F::make(dv[l], index[s + l]);
-      if (top.count < top.k || top.heap) {
+      if (top.heap) {
         top.push(key);
+      } else if (top.count < top.k) {
+        top.keys[top.count++] = key;
+        if (top.count == top.k) settle_sorted_avx2(top.keys, top.k);
       } else if (key < top.keys[top.k - 1]) {
         insert_sorted_avx2(top.keys, top.k, key);
       }
