@@ -353,13 +353,13 @@ def test_tile_bootstrap_window(knn_path):
 
 @pytest.mark.skipif(bool(os.environ.get("PCGEOM_CPU_NO_AVX2")), reason="already the baseline run")
 def test_baseline_simd_copies_are_exact_too():
-    # The tile and tree kernels' hot loops exist twice, baseline SSE2 and AVX2
+    # The tile, tree and FPS kernels' hot loops exist twice, baseline SSE2 and AVX2
     # (picked at run time, csrc/common/simd_cpu.h).  This machine runs the AVX2
     # copies in every other test; here the path tests run again on the
     # baseline copies, in a child process (the choice is made once per process).
     env = dict(os.environ, PCGEOM_CPU_NO_AVX2="1")
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
-           "-k", "every_path or tile or tree or dispatcher"]
+           "-k", "every_path or tile or tree or dispatcher or fps"]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert " passed" in run.stdout

@@ -246,6 +246,29 @@ constexpr int64_t kRankMax = 128;
 
 PCGEOM_TILE_INLINE bool rank_select(uint64_t* a, int64_t n, int64_t k, uint64_t* tmp) {
   if (n > kRankMax || n < 2) return n < 2;
+  if (n > k + 8) {
+    // First narrow the survivors to those whose distance bits are at most an
+    // upper bound (within 2^-8 relative) of the k-th's: a binary search on
+    // the top bits, as in kth_upper_bound, but over the keys' distance bits
+    // themselves (NaN's pattern ranks after +inf's, like the keys).  Rank
+    // counting is quadratic, so ~k keys instead of ~1.4k halves it.
+    int32_t hi[kRankMax];
+    for (int64_t i = 0; i < n; ++i) hi[i] = static_cast<int32_t>(a[i] >> 32);
+    int32_t t = 0;
+    for (int b = 30; b >= 15; --b) {
+      const int32_t probe = t | ((int32_t(1) << b) - 1);
+      int32_t c = 0;
+      for (int64_t i = 0; i < n; ++i) c += hi[i] <= probe;
+      if (c < k) t |= int32_t(1) << b;
+    }
+    const int32_t lim = t | ((int32_t(1) << 15) - 1);
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      a[m] = a[i];
+      m += hi[i] <= lim;
+    }
+    n = m;  // >= k: at least k patterns are <= lim
+  }
   // Keys have a clear top bit (non-negative distance bits), so a signed
   // compare orders them like unsigned ones, and signed compares vectorise.
   const int64_t* x = reinterpret_cast<const int64_t*>(a);
