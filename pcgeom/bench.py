@@ -99,13 +99,13 @@ TARGETS = {
 
 # Why pcgeom can fall short of a target (printed for the missed ones).
 MISS_REASONS = {
-    "knn": "with k >= 16 most of the time goes into keeping each query's k best keys in exact "
-           "(distance, index) order -- a few dozen insertions per query, the same work pykdtree does; "
-           "pcgeom's lead comes from grouped, vectorised tree searches and a parallel build",
-    "knn-feat": "the symmetric tiles halve faiss's GEMM, but on uniform 64-D features distances are so "
-                "concentrated that each query keeps a few hundred candidates before its threshold "
-                "settles, and that bookkeeping costs about what the GEMM saved (on scan features the "
-                "ratio is far lower)",
+    "knn": "with k >= 16 a tree search keeps each query's k best keys in exact (distance, index) "
+           "order -- a few dozen insertions per query, the same work pykdtree does (branch-free in the "
+           "AVX2 copy); on a loaded machine single runs move by up to 2x",
+    "knn-feat": "it is GEMM-bound: the symmetric tiles halve faiss's GEMM, and what is left is each "
+                "query's candidate bookkeeping and the exact re-ranking, which faiss does not do",
+    "group": "group_patches is FPS + KNN + two gathers; the KNN of 64 centres among 1024 points (tile "
+             "path) is about two thirds of it",
     "fps": "the bucket FPS touches few points per step; the remaining cost is the tree build",
 }
 
@@ -819,7 +819,7 @@ GRID_END = "<!-- grid: end -->"
 
 # Cells above 1.0 or 0.8 that are understood (filled in from the measured run).
 GRID_NOTES = {
-    (8, 512, 512, 512, 32): ("GEMM-bound: at D = 512 a 512-point cloud is only two 256-row tiles, so cdist's single multi-threaded BLAS call is as fast as pcgeom's half-size (symmetric) GEMM, and pcgeom then re-ranks each query's ~k candidates exactly (3 x 512 scalar flops each), which cdist never does; the tile path is slower still here (3 flops per coordinate pair without BLAS). Measured 0.73 to 1.26 over four runs"),
+    (8, 512, 512, 512, 32): ("GEMM-bound: at D = 512 a 512-point cloud is only two 256-row tiles, so cdist's single multi-threaded BLAS call is as fast as pcgeom's half-size (symmetric) GEMM, and pcgeom then re-ranks each query's ~k candidates exactly (3 x 512 scalar flops each), which cdist never does; the tile path is slower still here (3 flops per coordinate pair without BLAS). Measured 0.73 to 1.26 over four earlier runs, 1.14 and 1.04 in the last two"),
     (1, 2048, 2048, 128, 100): ('GEMM-bound at the blocked/tile boundary (N * D = 2^18): both kernels are within 10 % of cdist here; the exact re-ranking of ~k candidates per query is what cdist does not pay'),
     (32, 256, 256, 64, 20): ("small high-D clouds: the tile path's exact distances cost 3 flops per coordinate pair against BLAS's fused ones; was 1.21 before the tile path"),
     (1024, 16, 16, 3, 1): ('16,384 queries of 16 points: about 125 ns per query, call and bookkeeping bound (cdist+topk is one batched kernel here)'),

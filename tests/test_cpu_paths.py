@@ -393,6 +393,9 @@ def test_dispatcher_boundaries(monkeypatch):
     assert_knn_exact(h[:, :2047].contiguous(), h, 16)
     assert_knn_exact(h[:, :2047].contiguous(), h[:, :2047].contiguous(), 16)
     f = random_cloud(1, 4096, 64, seed=81)  # blocked from N * D = 2^18, 4k <= N, M >= 32
+    assert_knn_exact(f[:, :32].contiguous(), f, 64)  # and k <= 64 below N * D = 2^19
+    assert_knn_exact(f[:, :31].contiguous(), f, 64)
+    assert_knn_exact(f[:, :32].contiguous(), f, 65)
     assert_knn_exact(f[:, :32].contiguous(), f, 256)
     assert_knn_exact(f[:, :31].contiguous(), f, 256)
     assert_knn_exact(f[:, :40].contiguous(), f, 1024)

@@ -440,30 +440,32 @@ bool knn_lowd_dispatch(int64_t D, const A* q, const A* p, const int64_t* ql, con
 //                                                                  -> KD-tree
 //     otherwise                                                    -> tile
 //   D > 8, per call:
-//     N * D >= 2^18, 4k <= N and M >= 32  -> blocked GEMM (+ tile for the rows it
+//     N * D >= 2^18, 4k <= N, M >= 32 and (k <= 64 or N * D >= 2^19)
+//                                         -> blocked GEMM (+ tile for the rows it
 //                                            cannot take: NaN/inf, overflow)
 //     otherwise                           -> tile
 //
-// Measured on the project's 2-core machine (2 threads, busy; best of interleaved
-// runs, ms, pcgeom kernel forced with PCGEOM_KNN_CPU_PATH):
-//   B x M x N, D, k          tree   tile  blocked  cdist+topk
-//   16 x 1024^2, 3, 32        50    139      -       417     tree while 8k <= N
-//   16 x 1024^2, 3, 128      237    292      -       625
-//   1 x 8192^2, 3, 512       478    831      -      1985
-//   64 x 224^2, 3, 100         -    140    306       192     tile for k > N/8
-//   16 x 1024^2, 3, 256        -    466   1150       802
-//   32 x 256^2, 64, 20         -     60     95       129     tile below N*D = 2^18
-//   4 x 1024^2, 64, 20         -     38     56       141
-//   16 x 1024^2, 16, 16        -     42     48        84
-//   8 x 512^2, 512, 32         -    108     88       142     blocked from N*D = 2^18
-//   1 x 2048^2, 128, 100       -     30     33        34
-//   4 x 4096^2, 64, 20         -    306    125       336
-//   1 x 2048^2, 128, 2048      -    214   1116       528     tile for k > N/4
+// Measured on the project's 2-core machine (2 threads, best of 7 interleaved
+// runs, uniform cube, ms, kernel forced with PCGEOM_KNN_CPU_PATH; the tree /
+// tile rows are at choose_tree above):
+//   B x M x N, D, k          tile  blocked
+//   32 x 256^2, 64, 20         8.9    22.9     tile below N*D = 2^18
+//   4 x 1024^2, 64, 20        12.1    15.5
+//   8 x 512^2, 512, 32        46.0    42.7     blocked from N*D = 2^18
+//   4 x 4096^2, 64, 20         161     120
+//   1 x 2048^2, 128, 64       27.5    27.9
+//   1 x 2048^2, 128, 100      34.6    42.9     tile for k > 64 below N*D = 2^19
+//   4 x 4096^2, 64, 100        274     349
+//   1 x 4096^2, 128, 100       121     108
+//   1 x 8192^2, 64, 100        196     204
+//   1 x 2048^2, 128, 2048      214    1116     tile for k > N/4 (previous build)
 // (The direct tile computes 3 flops per coordinate pair; the GEMM does the bulk
 // at BLAS speed, but its candidate bookkeeping and re-ranking only pay once a
-// tile row is long and deep enough.)
+// tile row is long and deep enough, and grow with k while the tile path's
+// bootstrap keeps its survivors near k.)
 inline bool blocked_pays(int64_t M, int64_t N, int64_t D, int64_t K) {
-  return N * D >= (int64_t(1) << 18) && 4 * K <= N && M >= 32;
+  return N * D >= (int64_t(1) << 18) && 4 * K <= N && M >= 32 &&
+         (K <= 64 || N * D >= (int64_t(1) << 19));
 }
 
 inline KnnPath choose_path(int64_t B, int64_t M, int64_t N, int64_t D, int64_t K) {
