@@ -1,7 +1,8 @@
 // Exact direct KNN on the CPU: vectorised distance tiles + partial selection.
 //
-// The path for every shape where an index does not pay: small clouds, k a
-// large share of N, small high-dimensional batches (see the dispatcher in
+// The path for every shape where an index does not pay: small clouds, few
+// queries per cloud, k a large share of N, small high-dimensional batches,
+// k > 64 below N * D = 2^19 (see the dispatcher in
 // knn_cpu.cpp for where it is chosen).  Per group of up to 32 query rows:
 //   1. the points are copied a tile of 256 at a time into a per-thread
 //      buffer, transposed (D x 256), so that one query's 256 distances are
@@ -18,7 +19,9 @@
 //      lower index) is plain integer order;
 //   3. when the buffer holds 2k + 64 keys it is cut back to the k best with
 //      one nth_element (O(buffer)), which also lowers the threshold; at the end
-//      one more selection and a sort of the k survivors give the answer;
+//      up to 128 survivors are narrowed to ~k and ordered by rank counting
+//      (branch-free vector compares, rank_select), more by one selection and
+//      a sort;
 //   4. the first threshold comes before any key is appended: the distances of
 //      the first window of points (up to kWin, when it holds at least 4k) are
 //      kept, split into 2k strided groups, and the k-th smallest of the group
