@@ -238,5 +238,26 @@ struct FiniteTopK {
   }
 };
 
+// out[u] = min of x[u], x[u + m], x[u + 2m], ... (u < m): the minima of m
+// strided groups of x[0, n), +inf for a group without a number (NaN never
+// replaces a minimum: the comparison is false).  Any k of them are k distinct
+// entries, so the k-th smallest minimum bounds x's k-th smallest from above:
+// the tile and blocked KNN kernels take their first threshold from it.
+#if defined(__GNUC__) || defined(__clang__)
+#define PCGEOM_GROUP_MIN_INLINE inline __attribute__((always_inline))
+#else
+#define PCGEOM_GROUP_MIN_INLINE inline
+#endif
+// (Always inlined: inside a kernel's AVX2 copy the loop is AVX2 code.)
+template <typename A>
+PCGEOM_GROUP_MIN_INLINE void strided_group_min(const A* x, int64_t n, int64_t m, A* out) {
+  for (int64_t u = 0; u < m; ++u) out[u] = std::numeric_limits<A>::infinity();
+  for (int64_t s0 = 0; s0 < n; s0 += m) {
+    const int64_t un = std::min(m, n - s0);
+    const A* xs = x + s0;
+    for (int64_t u = 0; u < un; ++u) out[u] = xs[u] < out[u] ? xs[u] : out[u];
+  }
+}
+
 }  // namespace cpu
 }  // namespace pcgeom

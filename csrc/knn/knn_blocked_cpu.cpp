@@ -293,11 +293,7 @@ void scan_tile_row(const A* g, const A* pn, int64_t n, int32_t j0, QueryState<A>
       // or below it).  A selection over the whole row was a third of the
       // scan's time; this one is over 2k numbers.
       m = 2 * K;
-      for (int64_t u = 0; u < m; ++u) sel[u] = v[u];
-      for (int64_t s0 = m; s0 < n; s0 += m) {
-        const int64_t un = std::min(m, n - s0);
-        for (int64_t u = 0; u < un; ++u) sel[u] = v[s0 + u] < sel[u] ? v[s0 + u] : sel[u];
-      }
+      cpu::strided_group_min(v, n, m, sel);
     } else {
       std::copy(v, v + n, sel);
     }

@@ -221,18 +221,25 @@ struct BitsOf<double> {
   static constexpr int64_t kInf = 0x7ff0000000000000ll;
 };
 
-template <typename A>
-PCGEOM_TILE_INLINE A kth_upper_bound(const A* x, int64_t m, int64_t k, typename BitsOf<A>::type* bits) {
-  using I = typename BitsOf<A>::type;
-  std::memcpy(bits, x, static_cast<size_t>(m) * sizeof(A));
+// The search itself, on non-negative integer patterns: the smallest value
+// with bits `low`..0 all set that at least k of bits[0, m) do not exceed.
+template <typename I>
+PCGEOM_TILE_INLINE I kth_bits_bound(const I* bits, int64_t m, int64_t k, int top, int low) {
   I t = 0;
-  for (int b = BitsOf<A>::kTop; b >= BitsOf<A>::kLow; --b) {
+  for (int b = top; b >= low; --b) {
     const I probe = t | ((I(1) << b) - 1);
     I c = 0;  // the pattern's width: the count vectorises in full lanes
     for (int64_t u = 0; u < m; ++u) c += bits[u] <= probe;
     if (c < k) t |= I(1) << b;
   }
-  I r = t | ((I(1) << BitsOf<A>::kLow) - 1);
+  return t | ((I(1) << low) - 1);
+}
+
+template <typename A>
+PCGEOM_TILE_INLINE A kth_upper_bound(const A* x, int64_t m, int64_t k, typename BitsOf<A>::type* bits) {
+  using I = typename BitsOf<A>::type;
+  std::memcpy(bits, x, static_cast<size_t>(m) * sizeof(A));
+  I r = kth_bits_bound(bits, m, k, BitsOf<A>::kTop, BitsOf<A>::kLow);
   if (r > BitsOf<A>::kInf) r = BitsOf<A>::kInf;  // a NaN pattern: the answer is +inf
   A out;
   std::memcpy(&out, &r, sizeof(out));
@@ -253,18 +260,11 @@ PCGEOM_TILE_INLINE bool rank_select(uint64_t* a, int64_t n, int64_t k, uint64_t*
     // First narrow the survivors to those whose distance bits are at most an
     // upper bound (within 2^-8 relative) of the k-th's: a binary search on
     // the top bits, as in kth_upper_bound, but over the keys' distance bits
-    // themselves (NaN's pattern ranks after +inf's, like the keys).  Rank
-    // counting is quadratic, so ~k keys instead of ~1.4k halves it.
+    // themselves, unclamped (NaN's pattern ranks after +inf's, like the
+    // keys).  Rank counting is quadratic, so ~k keys instead of ~1.4k halves it.
     int32_t hi[kRankMax];
     for (int64_t i = 0; i < n; ++i) hi[i] = static_cast<int32_t>(a[i] >> 32);
-    int32_t t = 0;
-    for (int b = 30; b >= 15; --b) {
-      const int32_t probe = t | ((int32_t(1) << b) - 1);
-      int32_t c = 0;
-      for (int64_t i = 0; i < n; ++i) c += hi[i] <= probe;
-      if (c < k) t |= int32_t(1) << b;
-    }
-    const int32_t lim = t | ((int32_t(1) << 15) - 1);
+    const int32_t lim = kth_bits_bound(hi, n, k, BitsOf<float>::kTop, BitsOf<float>::kLow);
     int64_t m = 0;
     for (int64_t i = 0; i < n; ++i) {
       a[m] = a[i];
@@ -369,14 +369,8 @@ PCGEOM_TILE_INLINE void tile_group_impl(const A* qb, const int32_t* rows, int64_
     const A* d = win + i * WS;
     const int64_t m = 2 * K;
     A* gm = s.gmin.data();
-    for (int64_t u = 0; u < m; ++u) gm[u] = pos_inf<A>();
-    // NaN never replaces a minimum (the comparison is false): a group of
-    // NaNs keeps +inf, and +inf as the bound lets everything in.
-    for (int64_t s0 = 0; s0 < W; s0 += m) {
-      const int64_t un = std::min(m, W - s0);
-      const A* ds = d + s0;
-      for (int64_t u = 0; u < un; ++u) gm[u] = ds[u] < gm[u] ? ds[u] : gm[u];
-    }
+    // (A group of NaNs keeps +inf, and +inf as the bound lets everything in.)
+    cpu::strided_group_min(d, W, m, gm);
     const A t = kth_upper_bound(gm, m, K, s.gbits.data());
     if (t < thr[i]) thr[i] = t;
     for (int64_t j = 0; j < W; j += kT) filter(i, d + j, j, std::min(kT, W - j));
