@@ -27,18 +27,72 @@ def test_knn_edges_are_nearest_first_ties_to_lower_index(tc):
     assert ei.tolist() == [[0, 0, 0, 1, 1], [0, 1, 2, 5, 4]]
 
 
-def test_radius_keeps_the_nearest_and_excludes_the_boundary(tc):
+def _radius_oracle(x, y, r, cap, order, bx=None, by=None, ignore_same_index=False):
+    """float64 (or float32, emulated) brute force of torch_cluster's radius: ``dist2 < r*r`` with ``r*r``
+    rounded to the input dtype; ``order="index"``: the first ``cap`` in index order (the CUDA kernel),
+    ``"distance"``: the nearest, ties to the lower index."""
+    dt = np.float32 if x.dtype == torch.float32 else np.float64
+    xn, yn = x.numpy().astype(dt), y.numpy().astype(dt)
+    bx = np.zeros(len(xn), int) if bx is None else bx.numpy()
+    by = np.zeros(len(yn), int) if by is None else by.numpy()
+    r2 = dt(r * r)
+    rows, cols = [], []
+    for i in range(len(yn)):
+        diff = xn - yn[i]
+        d = np.zeros(len(xn), dt)
+        for c in range(xn.shape[1]):
+            d = (d + diff[:, c] * diff[:, c]).astype(dt)
+        ok = (d < r2) & (bx == by[i])
+        if ignore_same_index:
+            ok[i] = False
+        cand = np.nonzero(ok)[0]
+        if order == "distance":
+            cand = cand[np.lexsort((cand, d[cand]))]
+        cand = cand[:cap]
+        rows += [i] * len(cand)
+        cols += cand.tolist()
+    return [rows, cols]
+
+
+@pytest.mark.parametrize("order", ["index", "distance"])
+def test_radius_cap_follows_the_chosen_order_and_excludes_the_boundary(tc, order):
     g = torch.Generator().manual_seed(0)
-    x = torch.rand(200, 2, generator=g, dtype=torch.float64)
-    ei = tc.radius(x, x[:10], 0.3, max_num_neighbors=5)
-    for q in range(10):
-        got = ei[1][ei[0] == q].numpy()
-        d = sq_dist_seq(x.numpy(), x[q].numpy())
-        cand = np.nonzero(d < 0.09)[0]
-        want = cand[np.lexsort((cand, d[cand]))][:5]
-        np.testing.assert_array_equal(got, want)
-    x = torch.tensor([[0.0], [0.5], [0.25]])
-    assert tc.radius(x, x[:1], 0.5).tolist() == [[0, 0], [0, 2]]  # 0.5 away is outside
+    x = torch.rand(300, 3, generator=g, dtype=torch.float64)
+    bx = torch.tensor([0] * 170 + [1] * 130)
+    y, by = x[::7], bx[::7]
+    ei = tc.radius(x, y, 0.3, bx, by, max_num_neighbors=5, order=order)
+    assert ei.tolist() == _radius_oracle(x, y, 0.3, 5, order, bx, by)
+    x1 = torch.tensor([[0.0], [0.5], [0.25]])
+    assert tc.radius(x1, x1[:1], 0.5, order=order).tolist() == [[0, 0], [0, 2]]  # 0.5 away is outside
+
+
+def test_radius_default_is_torch_cluster_cuda_index_order(tc):
+    # PointNet++-style full balls: the CUDA kernel keeps the first 4 in index order, not the nearest 4.
+    x = torch.tensor([[0.0], [0.9], [0.8], [0.1], [0.2], [0.05]])
+    assert tc.radius(x, x[:1], 1.0, max_num_neighbors=4).tolist() == [[0, 0, 0, 0], [0, 1, 2, 3]]
+    assert tc.radius(x, x[:1], 1.0, max_num_neighbors=4, order="distance").tolist() == [[0, 0, 0, 0], [0, 5, 3, 4]]
+    assert tc.radius_graph(x, 1.0, max_num_neighbors=2).tolist()[0][:2] == [1, 2]  # node 0: 1, 2 (not itself)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_radius_index_order_with_many_boundary_points(tc, dtype):
+    # A shuffled integer lattice at r = 2: four points of every ball lie exactly on the
+    # (excluded) boundary; in index order they sit among the first slots of many queries,
+    # which the stand-in must look past to still return max_num_neighbors inside points.
+    from conftest import lattice_cloud
+
+    x = lattice_cloud(1, 9, 2, dtype=dtype, seed=3)[0]
+    for cap, loop in ((3, False), (6, True), (40, False)):
+        got = tc.radius_graph(x, 2.0, loop=loop, max_num_neighbors=cap, flow="target_to_source")
+        want = _radius_oracle(x, x, 2.0, cap, "index", ignore_same_index=not loop)
+        assert got.tolist() == want
+    # the case really occurs: some query's first 3 inclusive-ball points hold a boundary point
+    d2 = ((x[:, None] - x[None]) ** 2).sum(-1)
+    first = [torch.nonzero((d2[i] <= 4) & (torch.arange(81) != i)).flatten()[:3] for i in range(81)]
+    assert any(bool((d2[i, f] == 4).any()) for i, f in enumerate(first))
+    # radius_graph(flow="source_to_target") is [neighbour, centre]
+    ei = tc.radius_graph(x, 2.0, max_num_neighbors=3)
+    assert ei.flip(0).tolist() == _radius_oracle(x, x, 2.0, 3, "index", ignore_same_index=True)
 
 
 def test_fps_random_start_follows_torch_seed_and_ratio_count(tc):
@@ -90,3 +144,204 @@ def test_shim_errors(tc):
         tc.fps(torch.rand(4, 2), ratio=1.5)
     with pytest.raises(ValueError, match="batch_x must be sorted"):
         tc.knn(torch.rand(4, 2), torch.rand(2, 2), 1, torch.tensor([1, 0, 0, 1]), torch.tensor([0, 1]))
+
+
+# ---------------------------------------------------------------------------
+# graclus, random walks, neighbour sampling, torch.ops.torch_cluster
+
+
+def _graclus_transcription(row, col, weight, num_nodes, seed):
+    """torch_cluster 1.6.3's graclus (torch_cluster/graclus.py + csrc/cpu/graclus_cpu.cpp), transcribed
+    line by line into a sequential Python loop, with the same torch random draws."""
+    torch.manual_seed(seed)
+    mask = row != col
+    row, col = row[mask], col[mask]
+    if weight is not None:
+        weight = weight[mask]
+    if weight is None:
+        perm = torch.randperm(row.size(0), dtype=torch.long)
+        row, col = row[perm], col[perm]
+    perm = torch.argsort(row)
+    row, col = row[perm], col[perm]
+    if weight is not None:
+        weight = weight[perm]
+    rowptr = [0] + torch.cumsum(torch.bincount(row, minlength=num_nodes), 0).tolist()
+    col = col.tolist()
+    w = None if weight is None else weight.tolist()
+    out = [-1] * num_nodes
+    for u in torch.randperm(num_nodes, dtype=torch.long).tolist():
+        if out[u] >= 0:
+            continue
+        if w is None:
+            out[u] = u
+            for e in range(rowptr[u], rowptr[u + 1]):
+                v = col[e]
+                if out[v] >= 0:
+                    continue
+                out[u] = out[v] = min(u, v)
+                break
+        else:
+            v_max, w_max = u, 0
+            for e in range(rowptr[u], rowptr[u + 1]):
+                v = col[e]
+                if out[v] >= 0:
+                    continue
+                if w[e] >= w_max:
+                    v_max, w_max = v, w[e]
+            out[u] = out[v_max] = min(u, v_max)
+    return out
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_graclus_is_the_original_greedy_matching_for_the_same_seed(tc, weighted, symmetric):
+    g = torch.Generator().manual_seed(7)
+    n, e = 300, 1500
+    row = torch.randint(0, n - 20, (e,), generator=g)  # the last 20 nodes are isolated
+    col = torch.randint(0, n - 20, (e,), generator=g)
+    if symmetric:
+        row, col = torch.cat([row, col]), torch.cat([col, row])
+    # small integer weights: many ties (to the later edge), some negative (never taken), self-loops
+    w = (torch.randint(-2, 4, (row.numel(),), generator=g)).to(torch.float64) if weighted else None
+    for seed in range(3):
+        want = _graclus_transcription(row, col, w, n, seed)
+        torch.manual_seed(seed)
+        got = tc.graclus_cluster(row, col, w, num_nodes=n)
+        assert got.tolist() == want
+    # direct op call with a self-loop that outweighs the other edge: the node stays alone, as in C++
+    torch.manual_seed(0)
+    assert torch.ops.torch_cluster.graclus(torch.tensor([0, 2, 3]), torch.tensor([0, 1, 0]),
+                                           torch.tensor([5.0, 1.0, 1.0])).tolist() in ([0, 1], [0, 0])
+
+
+def test_graclus_errors_name_the_argument(tc):
+    with pytest.raises(ValueError, match="col values must be in"):
+        torch.ops.torch_cluster.graclus(torch.tensor([0, 1, 2]), torch.tensor([1, 5]), None)
+    with pytest.raises(ValueError, match="weight must have one entry per edge"):
+        tc.graclus_cluster(torch.tensor([0, 1]), torch.tensor([1, 0]), torch.ones(3))
+    with pytest.raises(ValueError, match="row must be a 1-D int64 tensor"):
+        tc.graclus_cluster(torch.tensor([0.0, 1.0]), torch.tensor([1, 0]))
+
+
+def _uniform_walk_transcription(rowptr, col, start, L, u):
+    """rw_cpu.cpp's uniform_sampling: idx = int64(float(rand) * deg)."""
+    n_out, e_out = [], []
+    for s in range(len(start)):
+        cur, nodes, edges = int(start[s]), [int(start[s])], []
+        for l in range(L):
+            lo, hi = rowptr[cur], rowptr[cur + 1]
+            if hi == lo:
+                e = -1
+            else:
+                e = lo + int(np.float32(u[s, l]) * np.float32(hi - lo))
+                cur = col[e]
+            nodes.append(cur)
+            edges.append(e)
+        n_out.append(nodes)
+        e_out.append(edges)
+    return n_out, e_out
+
+
+def test_uniform_random_walk_is_the_originals_for_the_same_seed(tc, device):
+    g = torch.Generator().manual_seed(5)
+    n = 60
+    row = torch.randint(0, n - 5, (400,), generator=g)
+    col = torch.randint(0, n, (400,), generator=g)
+    start = torch.randint(0, n, (90,), generator=g)
+    L = 12
+    torch.manual_seed(11)
+    nodes, edges = tc.random_walk(row.to(device), col.to(device), start.to(device), L, num_nodes=n,
+                                  return_edge_indices=True)
+    torch.manual_seed(11)
+    u = torch.rand(start.numel(), L, device=device)
+    # the CUDA kernel reads the same draws as (L, S)
+    u = u.view(L, -1).t() if device.type == "cuda" else u
+    perm = torch.argsort(row * n + col)
+    scol = col[perm].tolist()
+    rowptr = [0] + torch.cumsum(torch.bincount(row, minlength=n), 0).tolist()
+    want_n, want_e = _uniform_walk_transcription(rowptr, scol, start.tolist(), L, u.cpu().numpy())
+    assert nodes.tolist() == want_n and edges.tolist() == want_e
+    assert bool((edges[:, -1] == -1).any())  # some walks reach a node without out-edges and stay
+
+
+@pytest.mark.parametrize("p,q,want", [(0.5, 2.0, (4 / 7, 2 / 7, 1 / 7)), (1.0, 0.5, (1 / 4, 1 / 4, 1 / 2))])
+def test_node2vec_walk_has_the_papers_transition_probabilities(tc, p, q, want):
+    # edges 0-1, 0-2, 1-2, 1-3: after 0 -> 1 the walk returns to 0 (weight 1/p), moves to 2,
+    # a neighbour of 0 (weight 1), or to 3 (weight 1/q).  torch_cluster's chained test accepts every
+    # candidate with probability max(...) when q < 1, i.e. walks uniformly there (1/3 each).
+    row = torch.tensor([0, 1, 0, 2, 1, 2, 1, 3])
+    col = torch.tensor([1, 0, 2, 0, 2, 1, 3, 1])
+    torch.manual_seed(0)
+    nodes, edges = tc.random_walk(row, col, torch.zeros(12000, dtype=torch.long), 4, p=p, q=q,
+                                  return_edge_indices=True)
+    # every step follows an edge of the sorted edge list
+    perm = torch.argsort(row * 4 + col)
+    srow, scol = row[perm], col[perm]
+    assert torch.equal(srow[edges], nodes[:, :-1]) and torch.equal(scol[edges], nodes[:, 1:])
+    sel = nodes[:, 1] == 1
+    third = nodes[sel, 2]
+    n = int(sel.sum())
+    for node, pr in zip((0, 2, 3), want):
+        freq = float((third == node).sum()) / n
+        assert abs(freq - pr) < 4 * (pr * (1 - pr) / n) ** 0.5, (node, freq, pr)
+
+
+def test_random_walk_op_and_errors(tc):
+    rowptr, col = torch.tensor([0, 1, 2, 2]), torch.tensor([1, 0])
+    n_id, e_id = torch.ops.torch_cluster.random_walk(rowptr, col, torch.tensor([0, 2]), 3, 1.0, 1.0)
+    assert n_id.tolist() == [[0, 1, 0, 1], [2, 2, 2, 2]] and e_id.tolist() == [[0, 1, 0], [-1, -1, -1]]
+    with pytest.raises(ValueError, match=r"start values must be in \[0, 3\)"):
+        torch.ops.torch_cluster.random_walk(rowptr, col, torch.tensor([3]), 3, 1.0, 1.0)
+    with pytest.raises(ValueError, match="p and q must be > 0"):
+        tc.random_walk(torch.tensor([0]), torch.tensor([1]), torch.tensor([0]), 2, p=0.0)
+    with pytest.raises(ValueError, match="row must be sorted when coalesced=False"):
+        tc.random_walk(torch.tensor([1, 0]), torch.tensor([0, 1]), torch.tensor([0]), 2, coalesced=False)
+
+
+def test_neighbor_sampler_draws_distinct_edges_of_each_node(tc):
+    g = torch.Generator().manual_seed(2)
+    deg = torch.randint(0, 12, (50,), generator=g)
+    rowptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(deg, 0)])
+    start = torch.randperm(50, generator=g)[:30]
+    for size, count in ((0.5, lambda d: -(-d // 2)), (4, lambda d: min(d, 4)), (1.0, lambda d: d)):
+        torch.manual_seed(1)
+        e = tc.neighbor_sampler(start, rowptr, size).tolist()
+        at = 0
+        for s in start.tolist():
+            d = int(deg[s])
+            mine = e[at:at + count(d)]
+            at += count(d)
+            assert len(set(mine)) == len(mine) and all(rowptr[s] <= v < rowptr[s + 1] for v in mine)
+        assert at == len(e)
+    with pytest.raises(ValueError, match="size must be > 0"):
+        tc.neighbor_sampler(start, rowptr, 0.0)
+
+
+def test_every_public_name_and_op_of_torch_cluster_is_served(tc):
+    for name in ("graclus_cluster", "grid_cluster", "fps", "nearest", "knn", "knn_graph", "radius",
+                 "radius_graph", "random_walk", "neighbor_sampler", "__version__"):
+        assert name in tc.__all__ and hasattr(tc, name)
+    assert tc.__version__ == "1.6.3"
+    # PyG: WITH_TORCH_CLUSTER_BATCH_SIZE = 'batch_size' in torch_cluster.knn.__doc__
+    assert "batch_size" in tc.knn.__doc__
+    for op in ("fps", "graclus", "grid", "knn", "nearest", "radius", "random_walk", "neighbor_sampler"):
+        assert callable(getattr(torch.ops.torch_cluster, op))
+    assert torch.ops.torch_cluster.cuda_version() == -1
+    x = torch.tensor([[0.0], [0.9], [0.3], [0.5]])
+    assert torch.ops.torch_cluster.radius(x, x, None, None, 1.0, 2, 1, True).tolist() == \
+        [[0, 0, 1, 1, 2, 2, 3, 3], [1, 2, 0, 2, 0, 1, 0, 1]]
+    assert torch.ops.torch_cluster.knn(x, x[:1], torch.tensor([0, 4]), torch.tensor([0, 1]), 2, False, 1).tolist() == \
+        [[0, 0], [0, 2]]
+    assert torch.ops.torch_cluster.fps(x, torch.tensor([0, 4]), torch.tensor([0.5]), False).tolist() == [0, 1]
+    assert torch.ops.torch_cluster.nearest(x, x[1:2], torch.tensor([0, 4]), torch.tensor([0, 1])).tolist() == [0] * 4
+    assert torch.ops.torch_cluster.grid(x, torch.tensor([0.5]), None, None).tolist() == [0, 1, 0, 1]
+
+
+def test_ops_are_not_defined_where_a_real_torch_cluster_is_installed(tmp_path, monkeypatch):
+    (tmp_path / "torch_cluster").mkdir()
+    (tmp_path / "torch_cluster" / "__init__.py").write_text("")
+    monkeypatch.setattr(shim, "_has_op", lambda name: False)  # as in a fresh process
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert shim._register_ops() == []  # the real one defines them when it is imported
+    monkeypatch.undo()
+    assert shim._register_ops() == []  # already defined in this process: defined once
