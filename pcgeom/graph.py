@@ -128,8 +128,9 @@ def radius_graph(x, r, *, batch=None, max_num_neighbors=32, loop=False, flow="so
             ``|x_j - x_i|**2 <= r**2`` (inclusive, as :func:`pcgeom.ball_query`).
         batch: optional sorted int ``(N,)`` cloud ids.
         max_num_neighbors: int >= 1, at most this many neighbours per node:
-            the **nearest** ones, ties to the lower index (torch_cluster picks
-            an unspecified subset instead).
+            the **nearest** ones, ties to the lower index (torch_cluster's CUDA
+            kernel keeps the first ones in index order, as
+            ``pcgeom.compat.torch_cluster.radius_graph`` does by default).
         loop: include the node itself (default False).
         flow: as in :func:`knn_graph`.
 

@@ -56,11 +56,11 @@ builds, pcgeom returns one answer on every device:
 * ``random_walk``: with ``p == q == 1`` the original's uniform walk with the
   same ``torch.rand`` draws (a seeded run gives the original's walks on CPU and
   on CUDA); otherwise node2vec's rejection sampling with torch's generator (the
-  original uses C ``rand()`` / time-seeded curand, and its acceptance test lets
-  ``r < 1/q`` accept every candidate, so for ``q < 1`` its walks are uniform;
-  pcgeom accepts a return with ``1/p``, a neighbour of the previous node with
-  ``1`` and any other node with ``1/q``, relative to their maximum, as the
-  node2vec paper).
+  original uses C ``rand()`` / time-seeded curand, and its chained acceptance
+  test accepts any candidate with the ``1/q`` bound too, so for ``q < min(1,
+  p)`` its walks are uniform; pcgeom accepts a return with ``1/p``, a neighbour
+  of the previous node with ``1`` and any other node with ``1/q``, relative to
+  their maximum, as the node2vec paper).
 * ``neighbor_sampler``: ``size`` distinct neighbours per node, uniformly, from
   torch's generator, on every device (the original: CPU only, C ``rand()``).
 
