@@ -4,14 +4,15 @@ Reductions of the rows of a tensor by group -- contiguous segments given by
 cumulative end offsets (pcgeom's packed convention), or an arbitrary group id
 per row -- with one answer on every device and every run:
 
-* rows are brought together by a **stable sort of the group ids** (skipped
-  when the ids are already sorted), never by atomic adds;
-* each group is then reduced by a **pairwise tree in a fixed order** (row
-  ``2j`` with row ``2j + 1`` of the same group, then again on the halves,
-  ``ceil(log2(longest group))`` vectorised rounds), built only from
-  elementwise torch ops, whose IEEE results do not depend on the device or
-  the thread schedule.  Pairwise summation is also more accurate than the
-  sequential or atomic order (error ``O(log n)`` instead of ``O(n)`` ulps);
+* floating sums, means and products: the rows are brought together by a
+  **stable sort of the group ids** (skipped when the ids are already
+  sorted), then each output element is accumulated **in row order** by
+  ``torch.segment_reduce`` -- one sequential pass per element, never atomic
+  adds, so the result does not depend on the thread schedule (and is the
+  sequential sum torch_scatter's CPU kernel computes);
+* integer sums / products are exact (wrapping) in any order;
+* ``min`` / ``max`` values do not depend on the order of comparisons
+  (NaN propagates);
 * ``min`` / ``max`` pick the **lowest row** among tied extremes
   (``return_arg=True``), and their gradient flows to that row only;
 * the backward of :func:`group_gather` is :func:`group_reduce` ``"sum"``
@@ -61,96 +62,95 @@ def _check_dim(fn: str, dim, ndim: int) -> int:
     return dim % ndim
 
 
-def _tree(x: torch.Tensor, seg: torch.Tensor, counts: torch.Tensor, op) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Reduces the rows of ``x`` (M, C), grouped contiguously (``seg`` (M,) sorted group ids, ``counts`` (S,)), pairwise.
-
-    Returns ``(values (G, C), groups (G,))``: one row per non-empty group, in
-    group order.  Row ``2j`` of a group is combined with row ``2j + 1`` (the
-    left operand first) until one row per group is left; the order depends
-    only on the group sizes, never on the device.
-    """
-    S = counts.shape[0]
-    dev = x.device
-    lens = counts
-    starts = torch.cumsum(counts, 0) - counts
-    pos = torch.arange(x.shape[0], device=dev) - starts[seg]
-    longest = int(counts.max()) if S and x.shape[0] else 0
-    cur = x
-    while longest > 1:
-        left = torch.nonzero(pos % 2 == 0)[:, 0]
-        has_right = (pos[left] + 1) < lens[seg[left]]
-        right = torch.where(has_right, left + 1, left)
-        a = cur.index_select(0, left)
-        b = cur.index_select(0, right)
-        cur = torch.where(has_right[:, None], op(a, b), a)
-        seg = seg[left]
-        pos = pos[left] // 2
-        lens = (lens + 1) // 2
-        longest = (longest + 1) // 2
-    return cur, seg
-
-
 def _grouped(fn: str, x: torch.Tensor, key: torch.Tensor, S: int, reduce: str, want_arg: bool,
              is_sorted: Optional[bool] = None):
     """Core: rows of ``x`` (M, C) by ``key`` (M,) int64 in [0, S) -> ((S, C) in x.dtype, arg (S, C) or None, counts (S,)).
 
-    Empty groups: 0 (``prod``: 1); ``arg`` is ``M`` there.
+    Empty groups: 0 (``prod``: 1); ``arg`` is ``M`` there.  Callers have
+    validated ``key``.
     """
     M, C = x.shape
     dev = x.device
     counts = torch.bincount(key, minlength=S) if M else torch.zeros(S, dtype=torch.int64, device=dev)
-    if counts.shape[0] > S:  # only with out-of-range keys, which callers exclude
-        raise ValueError(f"{fn}: group ids must be < {S}")
     if reduce in ("min", "max"):
         with torch.no_grad():
-            vals, arg = _extreme(x, key, counts, S, reduce, is_sorted)
-        if not want_arg and not x.requires_grad:
-            return vals, None, counts
-        # Differentiable values: the chosen rows themselves (gradient to the lowest tied row only).
-        xp = torch.cat([x, x.new_zeros((1, C))], 0)
-        out = torch.gather(xp, 0, arg)
+            arg = _extreme(x, key, S, reduce)
+        # The values are the chosen rows themselves (so -0.0 / +0.0 is the
+        # element's own), and the gradient goes to the lowest tied row only.
+        out = torch.gather(torch.cat([x, x.new_zeros((1, C))], 0), 0, arg)
         return out, (arg if want_arg else None), counts
-    if is_sorted is None:
-        is_sorted = bool((key[1:] >= key[:-1]).all()) if M > 1 else True
-    xs, ks = _sorted(x, key, is_sorted)
-    acc = _ACC.get(x.dtype, x.dtype)
-    xs = xs.to(acc)
-    op = torch.mul if reduce == "prod" else torch.add
-    vals, groups = _tree(xs, ks, counts, op)
     fill = 1 if reduce == "prod" else 0
-    out = torch.full((S, C), fill, dtype=acc, device=dev).index_copy(0, groups, vals)
+    if M == 0 or S == 0:
+        out = torch.full((S, C), fill, dtype=x.dtype, device=dev)
+        return (out + x.sum() * 0 if x.requires_grad else out), None, counts
+    if not x.is_floating_point():
+        # Integer sums and products are exact (wrapping) whatever the order.
+        if reduce == "prod":
+            out = torch.ones((S, C), dtype=x.dtype, device=dev).scatter_reduce_(0, key[:, None].expand(M, C), x, "prod")
+        else:
+            out = torch.zeros((S, C), dtype=x.dtype, device=dev).index_add_(0, key, x)
+            if reduce == "mean":
+                out = torch.div(out, counts.clamp(min=1)[:, None].to(x.dtype), rounding_mode="floor")
+        return out, None, counts
+    acc = _ACC.get(x.dtype, x.dtype)
+    if x.device.type == "cpu" and reduce != "prod":
+        # CPU index_add adds the rows one after the other in row order: the
+        # same sequence of roundings as the sorted pass below, without a sort
+        # (tests/test_segment.py checks the two agree bit for bit).
+        out = torch.zeros((S, C), dtype=acc, device=dev).index_add(0, key, x.to(acc))
+    else:
+        out = _sorted_pass(x.to(acc), key, counts, reduce, fill, is_sorted)
     if reduce == "mean":
-        n = counts.clamp(min=1)[:, None]
-        out = out / n.to(acc) if acc.is_floating_point else torch.div(out, n, rounding_mode="floor")
+        out = out / counts.clamp(min=1)[:, None].to(acc)
     return out.to(x.dtype), None, counts
 
 
-def _sorted(x, key, is_sorted):
-    """Rows of ``x`` and their keys in stable key order."""
-    if is_sorted:
-        return x, key
-    ks, perm = torch.sort(key, stable=True)
-    return x.index_select(0, perm), ks
+def _sorted_pass(x, key, counts, reduce, fill, is_sorted=None):
+    """Sum / product per group, one sequential pass per output element in row order.
 
-
-def _extreme(x, key, counts, S, reduce, is_sorted):
-    """min/max values (S, C) and the lowest row attaining them (S, C); empty groups 0 / M."""
-    M, C = x.shape
-    dev = x.device
+    A stable sort brings each group's rows together (skipped when ``key`` is
+    sorted); ``torch.segment_reduce`` on the 2-d layout then accumulates each
+    element from ``fill`` in row order (one thread per element on CUDA), with
+    no atomics.
+    """
+    M = x.shape[0]
     if is_sorted is None:
         is_sorted = bool((key[1:] >= key[:-1]).all()) if M > 1 else True
-    xs, ks = _sorted(x, key, is_sorted)
-    op = torch.minimum if reduce == "min" else torch.maximum
-    vals, groups = _tree(xs, ks, counts, op)
-    out = torch.zeros((S, C), dtype=x.dtype, device=dev).index_copy(0, groups, vals)
-    arg = torch.full((S, C), M, dtype=torch.int64, device=dev)
+    xs = x if is_sorted else x.index_select(0, torch.sort(key, stable=True)[1])
+    return torch.segment_reduce(xs, "prod" if reduce == "prod" else "sum", lengths=counts, axis=0,
+                                unsafe=True, initial=fill)
+
+
+def _extreme_values(x, key, S, reduce):
+    """min/max values only (S, C), empty groups 0: one scatter-reduce (the values do not depend on
+    the order of comparisons; which zero, -0.0 or +0.0, a tie of the two gives is unspecified)."""
+    M, C = x.shape
+    out = torch.zeros((S, C), dtype=x.dtype, device=x.device)
     if M:
-        at = out.index_select(0, key)
-        hit = (x == at) | (torch.isnan(x) & torch.isnan(at)) if x.is_floating_point() else x == at
-        rows = torch.arange(M, device=dev)[:, None].expand(M, C)
-        cand = torch.where(hit, rows, M)
-        arg.scatter_reduce_(0, key[:, None].expand(M, C), cand, "amin")
-    return out, arg
+        out.scatter_reduce_(0, key[:, None].expand(M, C), x, "amin" if reduce == "min" else "amax", include_self=False)
+    return out
+
+
+def _extreme(x, key, S, reduce):
+    """The lowest row attaining each group's min/max (S, C); empty groups M.
+
+    Extremes do not depend on the order of comparisons (NaN propagates), so
+    a scatter-reduce gives the same values on every device; ``arg`` is the
+    integer minimum over the rows equal to the extreme.
+    """
+    M, C = x.shape
+    dev = x.device
+    arg = torch.full((S, C), M, dtype=torch.int64, device=dev)
+    if M == 0:
+        return arg
+    out = torch.zeros((S, C), dtype=x.dtype, device=dev)
+    kx = key[:, None].expand(M, C)
+    out.scatter_reduce_(0, kx, x, "amin" if reduce == "min" else "amax", include_self=False)
+    at = out.index_select(0, key)
+    hit = (x == at) | (torch.isnan(x) & torch.isnan(at)) if x.is_floating_point() else x == at
+    rows = torch.arange(M, device=dev)[:, None].expand(M, C)
+    arg.scatter_reduce_(0, kx, torch.where(hit, rows, M), "amin")
+    return arg
 
 
 def _to_rows(src: torch.Tensor, dim: int) -> torch.Tensor:
@@ -173,8 +173,8 @@ def group_reduce(src: torch.Tensor, index: torch.Tensor, num_groups: Optional[in
 
     ``out[..., g, ...] = reduce(src[..., i, ...] for i with index[i] == g)``
     (``g`` at position ``dim``), computed by a stable sort of ``index`` and a
-    fixed-order pairwise tree per group (see :mod:`pcgeom.segment`): the same
-    bits on every device and every run, no atomics.
+    sequential pass per output element in row order (see
+    :mod:`pcgeom.segment`): the same bits on every run, no atomics.
 
     Args:
         src: ``(..., N, ...)`` float16/bfloat16/float32/float64 or integer
@@ -245,8 +245,7 @@ def segment_reduce(src: torch.Tensor, offsets, reduce: str = "sum", *, dim: int 
 
     Segment ``b`` is ``src[offsets[b-1]:offsets[b]]`` along ``dim``
     (``offsets[-1] = 0``): pcgeom's packed convention (Pointcept's
-    ``offset``).  The same fixed-order pairwise tree as :func:`group_reduce`,
-    without a sort.
+    ``offset``).  The same reduction as :func:`group_reduce`, without a sort.
 
     Args:
         src: ``(..., N, ...)`` float16/bfloat16/float32/float64 or integer tensor.

@@ -106,24 +106,40 @@ def test_segment_reduce_matches_group_reduce():
     assert torch.equal(v[:, 2], x[3:11].max(0).values)
 
 
-def test_pairwise_order_is_fixed_and_independent_of_other_groups():
-    # The tree: ((x0 + x1) + (x2 + x3)) + x4 in float32, whatever the other groups hold or where rows sit.
+def test_sum_is_sequential_in_row_order_and_independent_of_other_groups():
+    # float32 sums: (((x0 + x1) + x2) + ...) in the rows' input order, whatever the other groups hold or
+    # where the rows sit (a stable sort, then one pass per group; no atomics).
     g = torch.Generator().manual_seed(5)
-    vals = (torch.rand(5, generator=g) * 1e4).float()
-    t = [vals[i] for i in range(5)]
-    want = ((t[0] + t[1]) + (t[2] + t[3])) + t[4]
-    noise = torch.randn(40, generator=g) * 1e6
+    vals = (torch.rand(7, generator=g) * 1e4).float()
+    noise = torch.randn(60, generator=g) * 1e6
     for seed in range(3):
-        perm = torch.randperm(45, generator=torch.Generator().manual_seed(seed))
+        perm = torch.randperm(67, generator=torch.Generator().manual_seed(seed))
         src = torch.cat([vals, noise])[perm]
-        idx = torch.cat([torch.zeros(5, dtype=torch.long), torch.randint(1, 4, (40,), generator=g)])[perm]
+        idx = torch.cat([torch.zeros(7, dtype=torch.long), torch.randint(1, 4, (60,), generator=g)])[perm]
         out = pcgeom.group_reduce(src, idx, 4, "sum")
-        # rows of group 0 keep their relative (input) order: check against that order's tree
-        order = [int(p) for p in perm if int(p) < 5]
-        tt = [vals[i] for i in order]
-        exp = ((tt[0] + tt[1]) + (tt[2] + tt[3])) + tt[4]
-        assert out[0].item() == exp.item()
-    assert pcgeom.group_reduce(vals, torch.zeros(5, dtype=torch.long), 1, "sum")[0].item() == want.item()
+        acc = torch.zeros((), dtype=torch.float32)
+        for p in perm.tolist():
+            if p < 7:
+                acc = acc + vals[p]
+        assert out[0].item() == acc.item()
+        # float16 accumulates in float32 and rounds once
+        h = pcgeom.group_reduce(src.half(), idx, 4, "sum")
+        acc = torch.zeros((), dtype=torch.float32)
+        for p in perm.tolist():
+            if p < 7:
+                acc = acc + vals[p].half().float()
+        assert h[0].item() == acc.half().item()
+
+
+def test_cpu_fast_path_equals_the_sorted_pass_bit_for_bit():
+    # CPU sums use index_add (no sort); other devices the stable sort + sequential segment pass.
+    g = torch.Generator().manual_seed(12)
+    for M, C, G in [(20000, 3, 300), (5000, 1, 4), (3000, 16, 2000)]:
+        key = torch.randint(0, G, (M,), generator=g)
+        x = torch.randn(M, C, generator=g) * torch.logspace(-4, 4, M)[:, None]
+        fast = pcgeom.group_reduce(x, key, G, "sum")
+        counts = torch.bincount(key, minlength=G)
+        assert torch.equal(fast, S._sorted_pass(x, key, counts, "sum", 0))
 
 
 @pytest.mark.parametrize("reduce", S.REDUCTIONS)

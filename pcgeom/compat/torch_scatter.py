@@ -12,15 +12,14 @@ The functions are TorchScript-scriptable like the originals
 through ``torch.jit.ignore``, so scripted code calling them cannot be saved).
 
 Every reduction goes through :mod:`pcgeom.segment` (stable sort by index, then
-a fixed-order pairwise tree per output slot): the values **and gradients** are
-the same on every run and every device.  Where torch_scatter differs:
+one sequential pass per output element in index order; no atomics): the
+values **and gradients** are the same on every run.  Where torch_scatter differs:
 
 * ``scatter`` / ``segment_coo`` sums, means and products use atomics on CUDA
-  (the original documents them as non-deterministic); pcgeom sums pairwise in
-  a fixed order, float16/bfloat16 accumulated in float32 and rounded once.  On
-  CPU the original adds sequentially, so float sums of more than three
-  elements can differ from it in the last bits (pcgeom's are the more
-  accurate).
+  (the original documents them as non-deterministic); pcgeom adds each slot's
+  elements in their order along ``dim`` -- the order of torch_scatter's CPU
+  kernel -- with float16/bfloat16 accumulated in float32 and rounded once
+  (the original's ``scatter`` accumulates them in their own precision).
 * ``min`` / ``max``: ties give the **lowest** position (torch_scatter's CPU
   rule; its CUDA ``arg`` is whichever thread won), and the gradient flows to
   that element only.  NaN propagates (torch's ``minimum`` / ``maximum``);
@@ -128,6 +127,12 @@ def _broadcast(fn: str, name: str, index: Tensor, shape: List[int], dim: int) ->
         raise ValueError(f"{fn}: {name} of shape {orig} cannot be broadcast to {tuple(shape)} along dim {dim}") from None
 
 
+def _zeros_from(src: Tensor, shape: List[int]) -> Tensor:
+    """Zeros of ``shape`` that stay in ``src``'s autograd graph (outputs of an empty ``src``)."""
+    z = torch.zeros(shape, dtype=src.dtype, device=src.device)
+    return z + src.sum() * 0 if src.requires_grad else z
+
+
 def _range_check(fn: str, name: str, key: Tensor, N: int) -> None:
     if key.numel():
         lo, hi = torch.stack([key.min(), key.max()]).tolist()
@@ -153,6 +158,8 @@ class _Plan:
         binv = all(index.stride(i) == 0 or shape[i] == 1 for i in range(dim))
         kinv = all(index.stride(i) == 0 or shape[i] == 1 for i in range(dim + 1, nd))
         dev = index.device
+        if index.numel() == 0:  # zero-size dims: the general layout reshapes without ambiguity
+            kinv = binv = False
         if kinv and binv:
             self.mode = 0
             self.key = index[(0,) * dim + (slice(None),) + (0,) * (nd - dim - 1)].to(torch.int64)
@@ -440,7 +447,7 @@ def _segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str
     if out is not None:
         _check_out(fn, out, src, dim, S)
     if src.numel() == 0:
-        res = torch.zeros(oshape, dtype=src.dtype, device=src.device) if out is None else out
+        res = _zeros_from(src, oshape) if out is None else out
         arg = torch.full(oshape, E, dtype=torch.int64, device=src.device)
         return res, arg
     _check_ptr(fn, ptr, E, f"src.size({dim})")
@@ -543,7 +550,7 @@ def _gather_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor]) -> Tensor:
     oshape = list(shape)
     oshape[dim] = E
     if src.numel() == 0:
-        return torch.zeros(oshape, dtype=src.dtype, device=src.device) if out is None else out
+        return _zeros_from(src, oshape) if out is None else out
     _check_ptr(fn, ptr, E, f"the output size {E} along dim {dim}")
     binv = all(ptr.stride(i) == 0 or ptr.shape[i] == 1 for i in range(dim))
     slot = _csr_index(ptr[(0,) * dim] if binv and dim else ptr, E)
@@ -722,7 +729,7 @@ def _gather_coo(src: Tensor, index: Tensor, out: Optional[Tensor]) -> Tensor:
     if out is not None:
         _check_out(fn, out, src, dim, E)
     if src.numel() == 0:
-        return torch.zeros(oshape, dtype=src.dtype, device=src.device) if out is None else out
+        return _zeros_from(src, oshape) if out is None else out
     N = src.shape[dim]
     _range_check(fn, "index", index, N)
     full = idx.view(list(idx.shape) + [1] * (src.dim() - dim - 1)).expand(oshape)
