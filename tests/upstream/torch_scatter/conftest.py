@@ -4,7 +4,9 @@ The vendored test modules import ``torch_scatter`` and
 ``torch_scatter.testing`` at import time, so both are put in ``sys.modules``
 when this conftest is imported, before collection of this folder, and
 restored when the session ends.  A real installed torch_scatter is not
-consulted: these tests are about the stand-in.
+consulted: these tests are about the stand-in.  When the process already
+imported ``torch_scatter`` through ``pcgeom.compat.enable_shims()`` (see
+``tests/upstream/test_upstream.py``), that served module is kept.
 """
 
 import importlib.util
@@ -23,9 +25,12 @@ warnings.filterwarnings("ignore", message="Passing a non-Collection iterable")
 warnings.filterwarnings("ignore", message="`torch.jit.script` is deprecated")
 
 _saved = {name: sys.modules.get(name) for name in ("torch_scatter", "torch_scatter.testing")}
-sys.modules["torch_scatter"] = _shim
+_served = sys.modules.get("torch_scatter")
+if getattr(_served, "__pcgeom_shim__", None) != _shim.__name__:
+    _served = _shim
+sys.modules["torch_scatter"] = _served
 sys.modules["torch_scatter.testing"] = _testing
-_shim.testing = _testing
+_served.testing = _testing
 
 
 def pytest_sessionfinish(session, exitstatus):
