@@ -77,7 +77,12 @@ def _grouped(fn: str, x: torch.Tensor, key: torch.Tensor, S: int, reduce: str, w
             arg = _extreme(x, key, S, reduce)
         # The values are the chosen rows themselves (so -0.0 / +0.0 is the
         # element's own), and the gradient goes to the lowest tied row only.
-        out = torch.gather(torch.cat([x, x.new_zeros((1, C))], 0), 0, arg)
+        if M == 0:
+            out = torch.zeros((S, C), dtype=x.dtype, device=dev)
+            out = out + x.sum() * 0 if x.requires_grad else out
+        else:
+            empty = arg == M
+            out = torch.gather(x, 0, arg.clamp(max=M - 1)).masked_fill(empty, 0)
         return out, (arg if want_arg else None), counts
     fill = 1 if reduce == "prod" else 0
     if M == 0 or S == 0:
@@ -147,10 +152,15 @@ def _extreme(x, key, S, reduce):
     kx = key[:, None].expand(M, C)
     out.scatter_reduce_(0, kx, x, "amin" if reduce == "min" else "amax", include_self=False)
     at = out.index_select(0, key)
-    hit = (x == at) | (torch.isnan(x) & torch.isnan(at)) if x.is_floating_point() else x == at
-    rows = torch.arange(M, device=dev)[:, None].expand(M, C)
-    arg.scatter_reduce_(0, kx, torch.where(hit, rows, M), "amin")
-    return arg
+    hit = x == at
+    if x.is_floating_point() and bool(torch.isnan(out).any()):
+        hit |= torch.isnan(x) & torch.isnan(at)
+    # Positions as int32 when they fit: half the memory of the (M, C) candidates.
+    it = torch.int32 if M < 2**31 - 1 else torch.int64
+    rows = torch.arange(M, device=dev, dtype=it)[:, None]
+    cand = torch.where(hit, rows, torch.tensor(M, dtype=it, device=dev))
+    best = torch.full((S, C), M, dtype=it, device=dev).scatter_reduce_(0, kx, cand, "amin")
+    return best.to(torch.int64)
 
 
 def _to_rows(src: torch.Tensor, dim: int) -> torch.Tensor:

@@ -452,6 +452,25 @@ def _segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str
         return res, arg
     _check_ptr(fn, ptr, E, f"src.size({dim})")
     binv = all(ptr.stride(i) == 0 or ptr.shape[i] == 1 for i in range(dim))
+    if binv and reduce in ("sum", "add", "mean") and src.is_floating_point():
+        # One pointer row shared by all leading rows (PTv2's pooling): a
+        # sequential pass per output element along dim, no sort, no copy.
+        p = ptr[(0,) * dim]
+        lo, hi = p[0], p[-1]
+        lengths = p[1:] - p[:-1]
+        acc = _seg._ACC.get(src.dtype, src.dtype)
+        body = src.narrow(dim, int(lo), int(hi - lo)) if (int(lo), int(hi)) != (0, E) else src
+        lens = lengths.expand(list(src.shape[:dim]) + [S]).contiguous() if dim else lengths
+        vals = torch.segment_reduce(body.to(acc), "sum", lengths=lens, axis=dim, unsafe=True, initial=0)
+        if reduce == "mean":
+            shape1 = [1] * src.dim()
+            shape1[dim] = S
+            vals = vals / lengths.clamp(min=1).to(acc).view(shape1)
+        vals = vals.to(src.dtype)
+        empty_arg = torch.empty(0, dtype=torch.int64, device=src.device)
+        if out is not None:
+            return out.copy_(vals), empty_arg
+        return vals, empty_arg
     slot = _csr_index(ptr[(0,) * dim] if binv and dim else ptr, E)
     plan = _csr_plan(slot, shape, dim, S + 2, binv)
     vals, arg = _with_arg(_finish(fn, plan, src, "sum" if reduce == "add" else reduce, None, "trunc"))
@@ -785,7 +804,8 @@ def _softmax(src: Tensor, index: Tensor, dim: int, dim_size: Optional[int], log:
     N = V.check_int(fn, "dim_size", dim_size, 0) if dim_size is not None else (int(index.max()) + 1 if index.numel() else 0)
     _range_check(fn, "index", index, N)
     plan = _Plan(idx, d, N)
-    mx, _, _ = _reduce_plan(fn, plan, src, "max", False)
+    # Only the values of the maxima matter here (a shift by -0.0 or +0.0 is the same shift).
+    mx = plan.unrows(_seg._extreme_values(plan.rows(src).detach(), plan.key, plan.S, "max"))
     shifted = src - plan.gather(mx)
     ex = shifted.exp()
     tot, _, _ = _reduce_plan(fn, plan, ex, "sum", False)
