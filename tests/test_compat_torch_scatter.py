@@ -1,10 +1,6 @@
 """pcgeom.compat.torch_scatter: torch_scatter 2.1.2's API against independent float64 loops."""
 
 import itertools
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
@@ -316,23 +312,3 @@ def test_errors_name_the_argument():
         ts.segment_csr(src, torch.tensor([0, 3, 5]))
     with pytest.raises(ValueError, match="src.size"):
         ts.gather_csr(src, torch.tensor([0, 3, 4]))
-
-
-def test_served_through_the_opt_in():
-    code = textwrap.dedent("""
-        import pcgeom.compat, importlib.util
-        if importlib.util.find_spec("torch_scatter") is None:
-            pcgeom.compat.enable_shims()
-            import torch, torch_scatter
-            from torch_scatter import segment_csr, segment_coo, scatter, scatter_mean, scatter_min, scatter_softmax
-            assert torch_scatter.__pcgeom_shim__ == "pcgeom.compat.torch_scatter"
-            assert torch_scatter.__version__ == "2.1.2"
-            print(scatter(torch.ones(3), torch.tensor([0, 0, 1])).tolist())
-        else:
-            print("[2.0, 1.0]")  # a real torch_scatter is installed and wins
-    """)
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip().endswith("[2.0, 1.0]")
