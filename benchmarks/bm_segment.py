@@ -11,8 +11,10 @@ on average ``N / G`` rows):
   include_self=False)`` (``scatter-max`` for pcgeom also returns the argmax,
   which the composition does not).
 * ``scatter-sum-fwd-bwd``: the same sum, forward + backward.
-* ``segment-csr-sum``: ``segment_csr`` over sorted groups (PTv2's pooling),
-  against ``torch.segment_reduce(src, "sum", offsets=indptr)``.
+* ``segment-csr-sum`` / ``segment-csr-max`` (+ ``-fwd-bwd``): ``segment_csr``
+  over sorted groups (PTv2's / PTv3's grid pooling), against
+  ``torch.segment_reduce(src, "sum" | "max", offsets=indptr)`` (whose max
+  gradient is split between ties; pcgeom's goes to the first, as torch_scatter's).
 * ``scatter-softmax``: ``scatter_softmax`` against the composition
   ``exp(x - amax[index]) / sum[index]`` with two ``scatter_reduce``.
 
@@ -58,6 +60,7 @@ def rows(n, c, g):
     srcg = src.clone().requires_grad_()
     sidx, perm = torch.sort(index, stable=True)
     ssrc = src[perm]
+    ssrcg = ssrc.clone().requires_grad_()
     indptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(torch.bincount(sidx, minlength=g), 0)])
 
     def fwd_bwd_pc():
@@ -81,6 +84,11 @@ def rows(n, c, g):
         "scatter-sum-fwd-bwd": [("pcgeom scatter", fwd_bwd_pc), ("torch scatter_reduce", fwd_bwd_torch)],
         "segment-csr-sum": [("pcgeom segment_csr", lambda: ts.segment_csr(ssrc, indptr)),
                             ("torch segment_reduce", lambda: torch.segment_reduce(ssrc, "sum", offsets=indptr))],
+        "segment-csr-max": [("pcgeom segment_csr", lambda: ts.segment_csr(ssrc, indptr, reduce="max")),
+                            ("torch segment_reduce", lambda: torch.segment_reduce(ssrc, "max", offsets=indptr))],
+        "segment-csr-max-fwd-bwd": [("pcgeom segment_csr", lambda: ts.segment_csr(ssrcg, indptr, reduce="max").sum().backward()),
+                                    ("torch segment_reduce",
+                                     lambda: torch.segment_reduce(ssrcg, "max", offsets=indptr).sum().backward())],
         "scatter-softmax": [("pcgeom scatter_softmax", lambda: ts.scatter_softmax(src, index, 0, g)),
                             ("torch scatter_reduce", softmax_torch)],
     }

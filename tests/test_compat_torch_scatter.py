@@ -231,6 +231,18 @@ def test_segment_csr_overwrites_out_and_coo_accumulates():
     assert out.tolist() == [1, 10, -2, 4]
 
 
+def test_segment_csr_max_ties_nan_and_gradient():
+    # PTv2 / PTv3 grid pooling: segment_csr(feat[sorted], idx_ptr, reduce="max") after a ReLU (ties at 0).
+    src = torch.tensor([[0.0, 1.0], [0.0, 3.0], [2.0, 3.0], [5.0, float("nan")], [1.0, 0.0]], requires_grad=True)
+    ptr = torch.tensor([0, 2, 2, 5])
+    v, a = ts.segment_max_csr(src, ptr)
+    assert a.tolist() == [[0, 1], [5, 5], [3, 3]]
+    assert v[0].tolist() == [0.0, 3.0] and v[1].tolist() == [0.0, 0.0] and v[2, 0] == 5 and torch.isnan(v[2, 1])
+    ts.segment_csr(src, ptr, reduce="max")[:, 0].sum().backward()
+    assert src.grad[:, 0].tolist() == [1.0, 0.0, 0.0, 1.0, 0.0]  # the first of the tied zeros only
+    assert ts.segment_csr(src.detach(), ptr, reduce="min")[2].tolist()[0] == 1.0
+
+
 def test_gather_csr_coo():
     src = torch.tensor([[1.0, 2], [3, 4], [5, 6], [7, 8]])
     ptr = torch.tensor([0, 2, 5, 5, 6])

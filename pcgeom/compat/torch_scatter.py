@@ -433,7 +433,8 @@ def _csr_plan(idx: Tensor, shape: List[int], dim: int, N: int, binv: bool) -> _P
 
 
 @torch.jit.ignore
-def _segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str) -> Tuple[Tensor, Tensor]:
+def _segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str,
+                 want_arg: bool) -> Tuple[Tensor, Tensor]:
     fn = "segment_csr" if reduce not in _SEG_REDUCE else f"segment_{reduce}_csr"
     _check_src(fn, src)
     if reduce not in _SEG_REDUCE:
@@ -471,6 +472,11 @@ def _segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str
         if out is not None:
             return out.copy_(vals), empty_arg
         return vals, empty_arg
+    if binv and reduce in ("min", "max") and src.is_floating_point():
+        vals, arg = _csr_extreme(src, ptr[(0,) * dim], dim, E, S, reduce, want_arg)
+        if out is not None:
+            return out.copy_(vals), arg
+        return vals, arg
     slot = _csr_index(ptr[(0,) * dim] if binv and dim else ptr, E)
     plan = _csr_plan(slot, shape, dim, S + 2, binv)
     vals, arg = _with_arg(_finish(fn, plan, src, "sum" if reduce == "add" else reduce, None, "trunc"))
@@ -483,29 +489,66 @@ def _segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str
     return vals, arg
 
 
+def _csr_extreme(src: Tensor, p: Tensor, dim: int, E: int, S: int, reduce: str, want_arg: bool) -> Tuple[Tensor, Tensor]:
+    """min / max over the segments of one shared 1-d ``indptr`` ``p`` along ``dim`` (PTv2 / PTv3 grid pooling).
+
+    Values by one sequential ``segment_reduce`` pass; where an ``arg`` is
+    wanted, or a gradient (which goes to the ``arg`` element only, as
+    torch_scatter's), the lowest position equal to the extreme.
+    """
+    lo, hi = int(p[0]), int(p[-1])
+    lengths = p[1:] - p[:-1]
+    lens = lengths.expand(list(src.shape[:dim]) + [S]).contiguous() if dim else lengths
+    body = src.narrow(dim, lo, hi - lo) if (lo, hi) != (0, E) else src
+    shape1 = [1] * src.dim()
+    shape1[dim] = S
+    empty = (lengths == 0).view(shape1)
+    with torch.no_grad():
+        vals = torch.segment_reduce(body.detach(), reduce, lengths=lens, axis=dim, unsafe=True)
+        vals = vals.masked_fill(empty, 0)
+    need = want_arg or (src.requires_grad and torch.is_grad_enabled())
+    if not need:
+        return vals, torch.empty(0, dtype=torch.int64, device=src.device)
+    with torch.no_grad():
+        seg = torch.searchsorted(p, torch.arange(lo, hi, device=src.device), right=True) - 1
+        at = vals.index_select(dim, seg)
+        hit = body.detach() == at
+        if bool(torch.isnan(vals).any()):
+            hit |= torch.isnan(body.detach()) & torch.isnan(at)
+        pos_shape = [1] * src.dim()
+        pos_shape[dim] = hi - lo
+        pos = torch.arange(lo, hi, device=src.device, dtype=torch.float64).view(pos_shape)
+        cand = torch.where(hit, pos, float(E))
+        arg = torch.segment_reduce(cand, "min", lengths=lens, axis=dim, unsafe=True)
+        arg = arg.masked_fill(empty, float(E)).to(torch.int64)
+    if src.requires_grad and torch.is_grad_enabled():
+        vals = torch.gather(src, dim, arg.clamp(max=max(E - 1, 0))).masked_fill(empty, 0)
+    return vals, arg
+
+
 def segment_sum_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Tensor:
     """Sum over each CSR segment (see :func:`segment_csr`)."""
-    return _segment_csr(src, indptr, out, "sum")[0]
+    return _segment_csr(src, indptr, out, "sum", True)[0]
 
 
 def segment_add_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Tensor:
     """Alias of :func:`segment_sum_csr`."""
-    return _segment_csr(src, indptr, out, "sum")[0]
+    return _segment_csr(src, indptr, out, "sum", True)[0]
 
 
 def segment_mean_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Tensor:
     """Mean over each CSR segment (empty segments 0; integers: truncating division, as torch_scatter)."""
-    return _segment_csr(src, indptr, out, "mean")[0]
+    return _segment_csr(src, indptr, out, "mean", True)[0]
 
 
 def segment_min_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """Minimum over each CSR segment and its absolute position along the segment dim (``src.size(dim)`` if empty)."""
-    return _segment_csr(src, indptr, out, "min")
+    return _segment_csr(src, indptr, out, "min", True)
 
 
 def segment_max_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """Maximum over each CSR segment and its absolute position along the segment dim (``src.size(dim)`` if empty)."""
-    return _segment_csr(src, indptr, out, "max")
+    return _segment_csr(src, indptr, out, "max", True)
 
 
 def segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None, reduce: str = "sum") -> Tensor:
@@ -539,13 +582,13 @@ def segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None, reduc
         [3.0, 12.0, 0.0, 6.0]
     """
     if reduce == "sum" or reduce == "add":
-        return _segment_csr(src, indptr, out, "sum")[0]
+        return _segment_csr(src, indptr, out, "sum", True)[0]
     if reduce == "mean":
-        return _segment_csr(src, indptr, out, "mean")[0]
+        return _segment_csr(src, indptr, out, "mean", True)[0]
     if reduce == "min":
-        return _segment_csr(src, indptr, out, "min")[0]
+        return _segment_csr(src, indptr, out, "min", False)[0]
     if reduce == "max":
-        return _segment_csr(src, indptr, out, "max")[0]
+        return _segment_csr(src, indptr, out, "max", False)[0]
     raise ValueError("segment_csr: reduce must be one of 'sum', 'add', 'mean', 'min', 'max', got " + reduce)
 
 
