@@ -517,10 +517,12 @@ def _csr_extreme(src: Tensor, p: Tensor, dim: int, E: int, S: int, reduce: str, 
             hit |= torch.isnan(body.detach()) & torch.isnan(at)
         pos_shape = [1] * src.dim()
         pos_shape[dim] = hi - lo
-        pos = torch.arange(lo, hi, device=src.device, dtype=torch.float64).view(pos_shape)
-        cand = torch.where(hit, pos, float(E))
-        arg = torch.segment_reduce(cand, "min", lengths=lens, axis=dim, unsafe=True)
-        arg = arg.masked_fill(empty, float(E)).to(torch.int64)
+        # Positions relative to lo, as float32 while exact (< 2**24 rows), else float64.
+        pdt = torch.float32 if hi - lo < 2**24 else torch.float64
+        pos = torch.arange(0, hi - lo, device=src.device, dtype=pdt).view(pos_shape)
+        cand = torch.where(hit, pos, torch.tensor(float(hi - lo), dtype=pdt, device=src.device))
+        arg = torch.segment_reduce(cand, "min", lengths=lens, axis=dim, unsafe=True).to(torch.int64) + lo
+        arg = arg.masked_fill(empty, E)
     if src.requires_grad and torch.is_grad_enabled():
         vals = torch.gather(src, dim, arg.clamp(max=max(E - 1, 0))).masked_fill(empty, 0)
     return vals, arg
