@@ -37,8 +37,8 @@ def test_upstream_through_shims(case):
 def test_torch_scatter_tests_through_the_opt_in():
     # rusty1s/pytorch_scatter's own tests (torch_scatter/, collected directly with a conftest), here
     # with `torch_scatter` served by pcgeom.compat.enable_shims() in a fresh interpreter.
-    import importlib.util
-    if importlib.util.find_spec("torch_scatter") is not None:
+    import importlib.machinery
+    if importlib.machinery.PathFinder.find_spec("torch_scatter") is not None:  # on sys.path, not sys.modules
         pytest.skip("a real torch_scatter is installed (it wins over the shim)")
     code = ("import sys, pcgeom.compat, pytest; pcgeom.compat.enable_shims(); import torch_scatter; "
             "assert torch_scatter.__pcgeom_shim__ == 'pcgeom.compat.torch_scatter'; "
