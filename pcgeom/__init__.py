@@ -16,6 +16,7 @@ from pcgeom.chamfer import chamfer_distance
 from pcgeom.features import fill_missing, group_features, interpolate_features
 from pcgeom.graph import edge_features, knn_graph, radius_graph
 from pcgeom.grid import GridSubsampleResult, grid_subsample
+from pcgeom.segment import group_gather, group_reduce, segment_reduce
 from pcgeom.serialization import SerializedOrder, serialize
 # Submodules users reach as attributes (pcgeom.nn.KNNClassifier, pcgeom.metrics.add, ...).
 from pcgeom import compat, data, distributed, io, losses, metrics, nn  # noqa: E402
@@ -45,4 +46,5 @@ __all__ = [
     "radius_graph",
     "serialize",
     "unpack",
+    "group_gather", "group_reduce", "segment_reduce",  # pcgeom.segment
 ]

@@ -3,7 +3,8 @@
 Pure vectorised torch (one stable sort of the points plus one of the kept
 voxels), deterministic and bit-identical on every device: voxel coordinates are
 computed in float64, every tie is broken by point index, and no reduction
-depends on the order of atomic adds.
+depends on the order of atomic adds (the per-voxel reductions are
+:mod:`pcgeom.segment`'s).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 
 from pcgeom import _validation as V
 from pcgeom.ops.packed import offsets_arg
+from pcgeom.segment import _extreme_values, _grouped
 
 _REDUCE = ("first", "mean", "nearest_to_center")
 # The table path (no sort) is used when the box of occupied cells has at most
@@ -75,10 +77,8 @@ def voxel_coords(fn, points, voxel_size, offsets, start):
             # min in the input dtype then widened: the same value, a narrower pass.
             st = p.min(0, keepdim=True).values.to(torch.float64) if N else p.new_zeros((1, D), dtype=torch.float64)
         else:
-            st = torch.full((B, D), float("inf"), dtype=torch.float64, device=dev)
-            if N:
-                st.scatter_reduce_(0, bid[:, None].expand(-1, D), p.to(torch.float64), "amin")
-            st = torch.where(torch.isinf(st), 0.0, st)  # empty clouds
+            # Per-cloud minimum (empty clouds: 0); bid is sorted (clouds are contiguous).
+            st = _extreme_values(p.to(torch.float64), bid, B, "min")
     else:
         st = _per_dim(fn, "start", start, D, dev, False)
         if st.dim() == 0:
@@ -240,10 +240,9 @@ def grid_subsample(points, voxel_size, *, offsets=None, reduce="first", start=No
         d = diff[:, 0] * diff[:, 0]
         for c in range(1, D):
             d = d + diff[:, c] * diff[:, c]
-        dmin = torch.full((nv,), float("inf"), dtype=torch.float64, device=dev).scatter_reduce_(0, cluster, d, "amin")
-        cand = d == dmin[cluster]
-        ar = torch.arange(N, device=dev)
-        index = torch.full((nv,), N, dtype=torch.int64, device=dev).scatter_reduce_(0, cluster[cand], ar[cand], "amin")
+        # The lowest point index attaining each voxel's minimum distance.
+        _, arg, _ = _grouped(fn, d[:, None], cluster, nv, "min", True)
+        index = arg[:, 0]
     else:
         index = first
     if reduce == "mean":
@@ -261,9 +260,8 @@ def grid_subsample(points, voxel_size, *, offsets=None, reduce="first", start=No
 
 
 def _segment_mean(x, cluster, nv, counts):
-    # float16/bfloat16/float32 values summed in float64 are exact (hence
-    # independent of the order of the adds, and identical on every device)
-    # unless one voxel mixes magnitudes more than 2**29 apart.
-    acc = torch.zeros((nv, x.shape[1]), dtype=torch.float64, device=x.device)
-    acc = acc.scatter_add(0, cluster[:, None].expand(-1, x.shape[1]), x.to(torch.float64))
+    # Summed in float64 by pcgeom.segment (sorted, one sequential pass per
+    # voxel, no atomics): the same bits on every run; float16/bfloat16/float32
+    # sums are exact unless one voxel mixes magnitudes more than 2**29 apart.
+    acc, _, _ = _grouped("grid_subsample", x.to(torch.float64), cluster, nv, "sum", False)
     return (acc / counts).to(x.dtype)

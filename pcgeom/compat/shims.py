@@ -36,6 +36,7 @@ SHIMS: dict[str, str] = {
     "pointnet2_ops.pointnet2_modules": "pcgeom.compat.pointnet2_modules",
     "chamfer": "pcgeom.compat.chamfer_ext",
     "torch_cluster": "pcgeom.compat.torch_cluster",
+    "torch_scatter": "pcgeom.compat.torch_scatter",
 }
 
 PTH_NAME = "pcgeom-shims.pth"
