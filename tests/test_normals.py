@@ -231,3 +231,16 @@ def test_bad_inputs_are_named():
         torch.ops.pcgeom.pca_normals(p, torch.full((2, 4, 3), -2))
     with pytest.raises(RuntimeError, match=r"points must have shape \(B, N, 3\)"):
         torch.ops.pcgeom.pca_normals(torch.rand(2, 10, 4), torch.zeros(2, 4, 3, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("case", ["points_rank", "idx_rank", "points_d", "points_int", "idx_int32", "batch", "idx_low", "idx_high"])
+def test_raw_op_rejects_bad_inputs(case):
+    # Direct torch.ops calls skip the wrapper: the kernel (or the reference) must still refuse.
+    p, idx = torch.rand(2, 10, 3), torch.zeros(2, 4, 3, dtype=torch.int64)
+    args = {
+        "points_rank": (torch.rand(10, 3), idx), "idx_rank": (p, idx[0]), "points_d": (torch.rand(2, 10, 4), idx),
+        "points_int": (torch.ones(2, 10, 3, dtype=torch.int32), idx), "idx_int32": (p, idx.int()),
+        "batch": (p, idx[:1]), "idx_low": (p, idx - 2), "idx_high": (p, idx + 10),
+    }[case]
+    with pytest.raises(RuntimeError, match="pca_normals: "):
+        torch.ops.pcgeom.pca_normals(*args)
