@@ -42,6 +42,18 @@ PCGEOM_HD bool finite3(A x, A y, A z) {
   return (x - x) == A(0) && (y - y) == A(0) && (z - z) == A(0);
 }
 
+// Machine epsilon as a host-device constant (std::numeric_limits is host-only in CUDA).
+template <typename A>
+PCGEOM_HD A machine_eps();
+template <>
+PCGEOM_HD float machine_eps<float>() {
+  return 1.1920928955078125e-07f;  // 2^-23
+}
+template <>
+PCGEOM_HD double machine_eps<double>() {
+  return 2.220446049250313080847e-16;  // 2^-52
+}
+
 template <typename A>
 PCGEOM_HD A abs_(A v) {
   return v < A(0) ? -v : v;
@@ -154,7 +166,7 @@ PCGEOM_HD void pca_normal_row(const T* pb, const int64_t* idx, int64_t K, int64_
       const A total = lam[0] + lam[1] + lam[2];
       if (lam[o2] > A(0)) {
         curv = lam[o0] / total;
-        if (lam[o1] <= A(64) * std::numeric_limits<A>::epsilon() * lam[o2]) {
+        if (lam[o1] <= A(64) * machine_eps<A>() * lam[o2]) {
           // Collinear: perpendicular to the line, away from its dominant axes.
           const A d[3] = {v[0][o2], v[1][o2], v[2][o2]};
           int ax = 0;
