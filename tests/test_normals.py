@@ -187,6 +187,20 @@ def test_kernel_agrees_with_reference_and_opcheck():
     torch.library.opcheck(torch.ops.pcgeom.pca_normals.default, (p.double(), idx))
 
 
+def test_empty_shapes():
+    p = torch.rand(2, 10, 3)
+    n, c = pca_normals(p, torch.zeros(2, 0, 4, dtype=torch.int64))
+    assert n.shape == (2, 0, 3) and c.shape == (2, 0)
+    n, c = pca_normals(p, torch.zeros(2, 3, 0, dtype=torch.int64))  # no neighbour slots
+    assert (n == torch.tensor([0.0, 0.0, 1.0])).all() and (c == 0).all()
+    n, c = pca_normals(torch.rand(2, 0, 3), torch.full((2, 3, 4), -1))  # empty clouds
+    assert (n == torch.tensor([0.0, 0.0, 1.0])).all() and (c == 0).all()
+    n, c = pcgeom.estimate_normals(torch.rand(0, 3), k=5)
+    assert n.shape == (0, 3) and c.shape == (0,)
+    n, c = pcgeom.estimate_normals(torch.rand(2, 6, 3), k=5, lengths=torch.tensor([0, 6]))
+    assert (n[0] == 0).all() and torch.isfinite(n).all()
+
+
 def test_gradcheck_float64():
     p = _noisy_surface(40, 13).requires_grad_(True)
     idx = pcgeom.knn(p.detach()[None], p.detach()[None], 8).idx

@@ -314,6 +314,9 @@ def pca_normals_reference(points, idx):
     acc = acc_dtype(points.dtype)
     if B * M == 0:
         return points.new_empty((B, M, 3)), points.new_empty((B, M))
+    if K == 0:  # no neighbour slots: every row is "no valid neighbour"
+        up = torch.tensor([0.0, 0.0, 1.0], dtype=points.dtype, device=points.device)
+        return up.expand(B, M, 3).clone(), points.new_zeros((B, M))
     centred, valid, count = _pca_neighbourhoods(points, idx, acc)
     scale = centred.abs().amax(dim=(1, 2))
     ok = (count > 0) & (scale > 0) & torch.isfinite(scale)
