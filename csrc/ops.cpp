@@ -22,4 +22,5 @@ STABLE_TORCH_LIBRARY(pcgeom, m) {
   m.def("knn_gather(Tensor x, Tensor idx) -> Tensor");
   m.def("knn_gather_backward(Tensor grad, Tensor idx, int n) -> Tensor");
   m.def("farthest_point_sample(Tensor points, int n_samples, Tensor lengths, Tensor start_index) -> Tensor");
+  m.def("pca_normals(Tensor points, Tensor idx) -> (Tensor, Tensor)");
 }

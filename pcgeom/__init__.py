@@ -18,6 +18,8 @@ from pcgeom.graph import edge_features, knn_graph, radius_graph
 from pcgeom.grid import GridSubsampleResult, grid_subsample
 from pcgeom.segment import group_gather, group_reduce, segment_reduce
 from pcgeom.serialization import SerializedOrder, serialize
+from pcgeom.normals import NormalsResult, estimate_normals
+from pcgeom.outliers import mean_neighbor_dist2, remove_radius_outliers, remove_statistical_outliers
 # Submodules users reach as attributes (pcgeom.nn.KNNClassifier, pcgeom.metrics.add, ...).
 from pcgeom import compat, data, distributed, io, losses, metrics, nn  # noqa: E402
 
@@ -27,11 +29,13 @@ __all__ = [
     "GridSubsampleResult",
     "GroupLevel",
     "KNNResult",
+    "NormalsResult",
     "SerializedOrder",
     "backend_info",
     "ball_query",
     "chamfer_distance",
     "edge_features",
+    "estimate_normals",
     "farthest_point_sample",
     "fill_missing",
     "grid_subsample",
@@ -42,8 +46,11 @@ __all__ = [
     "knn",
     "knn_gather",
     "knn_graph",
+    "mean_neighbor_dist2",
     "pack",
     "radius_graph",
+    "remove_radius_outliers",
+    "remove_statistical_outliers",
     "serialize",
     "unpack",
     "group_gather", "group_reduce", "segment_reduce",  # pcgeom.segment

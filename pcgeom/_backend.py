@@ -75,6 +75,7 @@ def _register_reference() -> None:
         "knn_gather": reference.knn_gather_reference,
         "knn_gather_backward": reference.knn_gather_backward_reference,
         "farthest_point_sample": reference.farthest_point_sample_reference,
+        "pca_normals": reference.pca_normals_reference,
     }
     lib = torch.library.Library(NAMESPACE, "IMPL")
     # CompositeExplicitAutograd covers every backend without a kernel of its own

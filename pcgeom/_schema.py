@@ -14,4 +14,5 @@ SCHEMAS = {
     "knn_gather": "knn_gather(Tensor x, Tensor idx) -> Tensor",
     "knn_gather_backward": "knn_gather_backward(Tensor grad, Tensor idx, int n) -> Tensor",
     "farthest_point_sample": "farthest_point_sample(Tensor points, int n_samples, Tensor lengths, Tensor start_index) -> Tensor",
+    "pca_normals": "pca_normals(Tensor points, Tensor idx) -> (Tensor, Tensor)",
 }

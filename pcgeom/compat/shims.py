@@ -37,6 +37,8 @@ SHIMS: dict[str, str] = {
     "chamfer": "pcgeom.compat.chamfer_ext",
     "torch_cluster": "pcgeom.compat.torch_cluster",
     "torch_scatter": "pcgeom.compat.torch_scatter",
+    "simple_knn": "pcgeom.compat.simple_knn",
+    "simple_knn._C": "pcgeom.compat.simple_knn",
 }
 
 PTH_NAME = "pcgeom-shims.pth"

@@ -7,5 +7,6 @@ from pcgeom.ops.ball_query import ball_query
 from pcgeom.ops.knn_gather import knn_gather
 from pcgeom.ops.farthest_point_sample import farthest_point_sample
 from pcgeom.ops.packed import pack, unpack
+from pcgeom.ops.pca_normals import PCANormalsResult, pca_normals
 
-__all__ = ["KNNResult", "knn", "ball_query", "knn_gather", "farthest_point_sample", "pack", "unpack"]
+__all__ = ["KNNResult", "knn", "ball_query", "knn_gather", "farthest_point_sample", "pack", "unpack", "PCANormalsResult", "pca_normals"]

@@ -261,3 +261,85 @@ def farthest_point_sample_reference(points, n_samples, lengths, start_index):
         key = torch.where(torch.isnan(mind), minus_one, mind)
         cur = key.argmax(dim=1)
     return out
+
+
+def _pca_neighbourhoods(points, idx, acc):
+    """Gathers the valid neighbours of every row: ``(centred (R, k, 3), valid (R, k), count (R,))``.
+
+    A neighbour is valid when its index is not -1 and its coordinates are
+    finite; the centring is about the mean of the valid ones.  ``R = B * M``.
+    """
+    B, N, _ = points.shape
+    M, K = idx.shape[1], idx.shape[2]
+    p = points.to(acc)
+    safe = idx.clamp_min(0).reshape(B, M * K, 1).expand(-1, -1, 3)
+    nb = p.gather(1, safe).reshape(B * M, K, 3) if N > 0 else p.new_zeros((B * M, K, 3))
+    valid = (idx.reshape(B * M, K) >= 0) & torch.isfinite(nb).all(-1)
+    nb = torch.where(valid[..., None], nb, 0)
+    count = valid.sum(1)
+    mean = nb.sum(1) / count.clamp_min(1)[:, None].to(acc)
+    centred = torch.where(valid[..., None], nb - mean[:, None, :], 0)
+    return centred, valid, count
+
+
+def pca_normals_reference(points, idx):
+    """Normal and surface variation of each neighbourhood; see :func:`pcgeom.ops.pca_normals`.
+
+    The same rules as the kernels (``csrc/pca_normals/pca_normals_common.h``):
+    valid neighbours, covariance about their mean, the eigenvector of the
+    smallest eigenvalue (here from ``torch.linalg.eigh``, so results agree
+    with the kernels' Jacobi solver to rounding, not bit for bit), the fixed
+    answers for empty, single-position and collinear neighbourhoods, and the
+    sign rule (largest-magnitude component positive, lowest axis on ties).
+    """
+    op = "pca_normals"
+    if points.dim() != 3:
+        raise RuntimeError(f"{op}: points must have 3 dimensions, got {points.dim()}")
+    if idx.dim() != 3:
+        raise RuntimeError(f"{op}: idx must have 3 dimensions, got {idx.dim()}")
+    B, N, D = points.shape
+    if D != 3:
+        raise RuntimeError(f"{op}: points must have shape (B, N, 3), got D={D}")
+    if points.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        raise RuntimeError(f"{op}: points must be float16, bfloat16, float32 or float64")
+    if idx.dtype != torch.int64:
+        raise RuntimeError(f"{op}: idx must be int64")
+    if idx.shape[0] != B:
+        raise RuntimeError(f"{op}: idx must have shape (B, M, k) with the B of points ({B}), got B={idx.shape[0]}")
+    if idx.device != points.device:
+        raise RuntimeError(f"{op}: idx must be on the device of points ({points.device}), got {idx.device}")
+    M, K = idx.shape[1], idx.shape[2]
+    if idx.numel() and (int(idx.min()) < -1 or int(idx.max()) >= N):
+        raise RuntimeError(f"pca_normals: idx values must be in [-1, {N})")
+    acc = acc_dtype(points.dtype)
+    if B * M == 0:
+        return points.new_empty((B, M, 3)), points.new_empty((B, M))
+    if K == 0:  # no neighbour slots: every row is "no valid neighbour"
+        up = torch.tensor([0.0, 0.0, 1.0], dtype=points.dtype, device=points.device)
+        return up.expand(B, M, 3).clone(), points.new_zeros((B, M))
+    centred, valid, count = _pca_neighbourhoods(points, idx, acc)
+    scale = centred.abs().amax(dim=(1, 2))
+    ok = (count > 0) & (scale > 0) & torch.isfinite(scale)
+    c = centred / torch.where(ok, scale, 1)[:, None, None]
+    cov = torch.einsum("rki,rkj->rij", c, c) / count.clamp_min(1)[:, None, None].to(acc)
+    cov = torch.where(ok[:, None, None], cov, torch.eye(3, dtype=acc, device=points.device))
+    lam, vec = torch.linalg.eigh(cov)  # ascending
+    lam = lam.clamp_min(0)
+    eps = torch.finfo(acc).eps
+    line = lam[:, 1] <= 64 * eps * lam[:, 2]
+    n = vec[:, :, 0].clone()
+    d = vec[:, :, 2]
+    ax = d.abs().argmin(dim=1)  # first minimum: the lowest axis on ties
+    e = torch.nn.functional.one_hot(ax, 3).to(acc)
+    perp = torch.linalg.cross(d, e)
+    n = torch.where(line[:, None], perp, n)
+    n = n / n.norm(dim=1, keepdim=True)
+    curv = lam[:, 0] / lam.sum(1)
+    up = torch.tensor([0.0, 0.0, 1.0], dtype=acc, device=points.device)
+    ok = ok & (lam[:, 2] > 0)
+    n = torch.where(ok[:, None], n, up)
+    curv = torch.where(ok, curv, 0)
+    big = n.abs().argmax(dim=1, keepdim=True)  # first maximum: the lowest axis on ties
+    sign = torch.where(n.gather(1, big) < 0, -1.0, 1.0).to(acc)
+    n = n * sign
+    return n.reshape(B, M, 3).to(points.dtype), curv.reshape(B, M).to(points.dtype)

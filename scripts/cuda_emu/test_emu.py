@@ -270,3 +270,25 @@ def test_bad_values_are_clamped_not_out_of_bounds():
     assert ((s >= 0) & (s < 6)).all()
     y = E().knn_gather(q, torch.tensor([[[7, -5]]] * 2))
     assert (y == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_pca_normals(dtype):
+    g = torch.Generator().manual_seed(26)
+    p = torch.rand(2, 60, 3, generator=g, dtype=torch.float64)
+    p[0, :, 2] = 0.5 * p[0, :, 0]  # a plane
+    p[1, 10:20] = p[1, 9]  # duplicates
+    p[1, 30] = float("nan")
+    p[1, 31, 0] = float("inf")
+    p = p.to(dtype)
+    idx = C().knn(p, p, 8, lens(p), lens(p, 60, 45))[1]
+    idx[0, :4, 3:] = -1
+    idx[1, 50] = 55  # a single position
+    a, b = E().pca_normals(p, idx), C().pca_normals(p, idx)
+    same(a[0], b[0], f"pca normals {dtype}")
+    same(a[1], b[1], f"pca curvature {dtype}")
+    e = torch.empty(2, 0, 8, dtype=torch.int64)
+    same(E().pca_normals(p, e)[0], C().pca_normals(p, e)[0], "empty")
+    # Out-of-range indices from a direct call are left out, never read.
+    y = E().pca_normals(p, torch.full((2, 1, 3), 99))
+    assert torch.equal(y[0].float(), torch.tensor([0.0, 0.0, 1.0]).expand(2, 1, 3))
