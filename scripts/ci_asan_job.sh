@@ -60,4 +60,8 @@ step "3. CUDA kernels on the emulator with AddressSanitizer"
 PCGEOM_CUDA_EMU_LIB=$REPO/build/cuda_emu/libpcgeom_cuda_emu_asan.so LD_PRELOAD=$PRELOAD \
   "$PY" -m pytest -q -p no:cacheprovider --capture=sys tests/test_raw_ops.py -k emulated \
   || { echo "ERROR: the emulated CUDA kernels failed the bad-input cases under AddressSanitizer" >&2; exit 1; }
+PCGEOM_CUDA_EMU_LIB=$REPO/build/cuda_emu/libpcgeom_cuda_emu_asan.so LD_PRELOAD=$PRELOAD \
+  "$PY" -m pytest -q -p no:cacheprovider --capture=sys scripts/cuda_emu/test_emu.py \
+  -k "out_of_range or clamps_lengths or bad_values or thread_indices" \
+  || { echo "ERROR: the CUDA kernels' index guards failed on the emulator under AddressSanitizer" >&2; exit 1; }
 step "ASan job passed"
