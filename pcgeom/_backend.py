@@ -40,12 +40,22 @@ def _load_native(module: str) -> str | None:
 
     ``find_spec`` keeps an absent module quiet (a pure-Python install is normal),
     while a module that is present but fails to load is reported.
+    ``PCGEOM_NATIVE_LIB=/path/lib.so`` loads that build of ``_C`` instead (and
+    no CUDA library): scripts/ci_asan_job.sh runs the tests on an
+    AddressSanitizer build of the CPU kernels this way.
     """
-    spec = importlib.util.find_spec(f"pcgeom.{module}")
-    if spec is None or spec.origin is None:
-        return "not built"
+    override = os.environ.get("PCGEOM_NATIVE_LIB", "").strip()
+    if override:
+        if module != "_C":
+            return f"not loaded: PCGEOM_NATIVE_LIB={override} replaces the native build"
+        origin = override
+    else:
+        spec = importlib.util.find_spec(f"pcgeom.{module}")
+        if spec is None or spec.origin is None:
+            return "not built"
+        origin = spec.origin
     try:
-        torch.ops.load_library(spec.origin)
+        torch.ops.load_library(origin)
     except Exception as exc:  # wrong torch / CUDA runtime, missing libs
         return f"{type(exc).__name__}: {exc}"
     return None

@@ -66,7 +66,7 @@ rm -rf "$TESTS"
 cp -r "$REPO/tests" "$TESTS"
 find "$TESTS" -name __pycache__ -prune -exec rm -rf {} +
 OP_TESTS=()
-for t in test_knn.py test_farthest_point_sample.py test_ball_query.py test_knn_gather.py; do
+for t in test_knn.py test_farthest_point_sample.py test_ball_query.py test_knn_gather.py test_raw_ops.py; do
   [[ -f $TESTS/$t ]] && OP_TESTS+=("$TESTS/$t")
 done
 [[ ${#OP_TESTS[@]} -gt 0 ]] || { echo "ERROR: no op tests found in $REPO/tests" >&2; exit 1; }

@@ -28,7 +28,7 @@ void ball_query_index_kernel(const A* q, const A* p, const int64_t* ql, const in
                              int64_t* oi) {
   // A query stops after k hits, so its cost is at most N distance evaluations.
   const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(1, N * D));
-  torch::stable::parallel_for(0, B * M, grain, [&](int64_t begin, int64_t end) {
+  pcgeom::parallel_for(0, B * M, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t b = r / M;
       const int64_t m = r - b * M;
@@ -44,6 +44,9 @@ std::tuple<Tensor, Tensor> ball_query_index_cpu(const Tensor& query_in, const Te
                                                 const Tensor& points_lengths_in) {
   const char* op = "ball_query";
   check_search_args(query_in, points_in, k, query_lengths_in, points_lengths_in, op);
+  check_cpu(points_in, op, "points");
+  check_cpu(query_lengths_in, op, "query_lengths");
+  check_cpu(points_lengths_in, op, "points_lengths");
   const int64_t B = query_in.size(0), M = query_in.size(1), D = query_in.size(2);
   const int64_t N = points_in.size(1);
   const auto dtype = query_in.scalar_type();
@@ -55,11 +58,14 @@ std::tuple<Tensor, Tensor> ball_query_index_cpu(const Tensor& query_in, const Te
   // Half precision runs on exact float32 copies (the formula converts anyway).
   const bool half = dtype == ST::Half || dtype == ST::BFloat16;
   const auto acc_type = half ? ST::Float : dtype;
+  const int64_t acc_size = acc_type == ST::Float ? 4 : 8;
+  Tensor dist = alloc_output({B, M, k}, acc_type, query_in, op, "k", k, "dist2 and idx",
+                             acc_size + 8);
+  Tensor idx = alloc_output({B, M, k}, ST::Long, query_in, op, "k", k, "dist2 and idx",
+                            acc_size + 8);
   const Tensor query = torch::stable::contiguous(half ? torch::stable::to(query_in, acc_type) : query_in);
   const Tensor points =
       torch::stable::contiguous(half ? torch::stable::to(points_in, acc_type) : points_in);
-  Tensor dist = torch::stable::empty({B, M, k}, acc_type, std::nullopt, query.device());
-  Tensor idx = torch::stable::empty({B, M, k}, ST::Long, std::nullopt, query.device());
   if (B * M > 0) {
     if (acc_type == ST::Float) {
       ball_query_index_kernel<float>(query.const_data_ptr<float>(), points.const_data_ptr<float>(),

@@ -51,12 +51,14 @@ std::tuple<Tensor, Tensor> ball_query_index_cuda(const Tensor& query_in, const T
   check_same_cuda(query_lengths_in, dev, op, "query_lengths");
   check_same_cuda(points_lengths_in, dev, op, "points_lengths");
   DeviceGuard guard(dev);
+  const int64_t out_bytes = static_cast<int64_t>(query_in.element_size()) + 8;
+  Tensor dist = alloc_output({B, M, k}, query_in.scalar_type(), query_in, op, "k", k,
+                             "dist2 and idx", out_bytes);
+  Tensor idx = alloc_output({B, M, k}, ST::Long, query_in, op, "k", k, "dist2 and idx", out_bytes);
   const Tensor query = torch::stable::contiguous(query_in);
   const Tensor points = torch::stable::contiguous(points_in);
   const Tensor ql = torch::stable::contiguous(query_lengths_in);
   const Tensor pl = torch::stable::contiguous(points_lengths_in);
-  Tensor dist = torch::stable::empty({B, M, k}, query.scalar_type(), std::nullopt, query.device());
-  Tensor idx = torch::stable::empty({B, M, k}, ST::Long, std::nullopt, query.device());
   if (B * M == 0) return std::make_tuple(dist, idx);
   const cudaStream_t stream = current_stream(dev);
   constexpr int kThreads = 128;

@@ -160,6 +160,7 @@ class KdBuilder {
 
   void finish() {
     splice();
+    std::vector<Rec>().swap(tmp_);  // before the coordinates are laid out: lower peak memory
     const int64_t n = tree_->n;
     tree_->stride = n + KdTree<D, A>::kPad;
     tree_->xyz.assign(tree_->stride * D, A(0));

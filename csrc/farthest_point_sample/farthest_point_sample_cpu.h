@@ -27,8 +27,10 @@ namespace cpu {
 // ---------------------------------------------------------------------------
 // Generic vanilla loop (any D, any values): the rules of the common header,
 // applied literally.  Used for clouds with NaN/inf coordinates.
-template <typename A>
-void fps_generic(const A* p, int64_t D, int64_t L, int64_t S, int64_t start, int64_t* out) {
+// p holds the input dtype T (float16/bfloat16 are converted on the fly, so no
+// float32 copy of the cloud is made); A is the accumulation type.
+template <typename T, typename A>
+void fps_generic(const T* p, int64_t D, int64_t L, int64_t S, int64_t start, int64_t* out) {
   std::vector<A> mind(L, pos_inf<A>());
   const int64_t take = std::min(S, L);
   int64_t cur = start;
@@ -36,11 +38,11 @@ void fps_generic(const A* p, int64_t D, int64_t L, int64_t S, int64_t start, int
     out[s] = cur;
     if (s + 1 == take) break;
     mind[cur] = fps_chosen<A>();
-    const A* pc = p + cur * D;
+    const T* pc = p + cur * D;
     A best_key = fps_chosen<A>();
     int64_t best = -1;
     for (int64_t j = 0; j < L; ++j) {
-      const A m = fps_update(mind[j], sq_dist<A, A>(p + j * D, pc, D));
+      const A m = fps_update(mind[j], sq_dist<T, A>(p + j * D, pc, D));
       mind[j] = m;
       const A key = fps_key(m);
       if (best < 0 || key > best_key) {
@@ -63,12 +65,16 @@ class FpsVanilla {
  public:
   static constexpr int64_t kBlock = 256;
 
-  // p: L finite points (L x D, row-major).
-  void run(const A* p, int64_t D, int64_t L, int64_t S, int64_t start, int64_t* out) {
+  // Working memory per point: D coordinates and one minimum distance.
+  static constexpr int64_t bytes_per_point(int64_t D) { return (D + 1) * int64_t(sizeof(A)); }
+
+  // p: L finite points (L x D, row-major) of the input dtype T.
+  template <typename T>
+  void run(const T* p, int64_t D, int64_t L, int64_t S, int64_t start, int64_t* out) {
     const int64_t Lp = (L + 7) / 8 * 8;  // whole AVX2 vectors
     xyz_.assign(D * Lp, A(0));
     for (int64_t j = 0; j < L; ++j) {
-      for (int64_t d = 0; d < D; ++d) xyz_[d * Lp + j] = p[j * D + d];
+      for (int64_t d = 0; d < D; ++d) xyz_[d * Lp + j] = static_cast<A>(p[j * D + d]);
     }
     // Padding lanes hold -inf: never the maximum, never updated upwards.
     mind_.assign(Lp, fps_chosen<A>());
@@ -244,13 +250,21 @@ class FpsBucket {
  public:
   static constexpr int64_t kLeaf = 256;
 
-  // p: L finite points (L x D, row-major).
-  void run(const A* p, int64_t L, int64_t S, int64_t start, int64_t* out) {
+  // Peak working memory per point: the builder's two record arrays, then the
+  // tree's coordinates, index, position map and minimum distances (nodes are
+  // about 1/64 of that).
+  static constexpr int64_t bytes_per_point() {
+    return 2 * int64_t(sizeof(typename KdBuilder<D, A>::Rec)) + (D + 1) * int64_t(sizeof(A)) + 8;
+  }
+
+  // p: L finite points (L x D, row-major) of the input dtype T.
+  template <typename T>
+  void run(const T* p, int64_t L, int64_t S, int64_t start, int64_t* out) {
     KdBuilder<D, A> bl(&tree_);
     bl.init(L, kLeaf);
     for (int64_t j = 0; j < L; ++j) {
       auto& r = bl.rec(j);
-      for (int d = 0; d < D; ++d) r.c[d] = p[j * D + d];
+      for (int d = 0; d < D; ++d) r.c[d] = static_cast<A>(p[j * D + d]);
       r.idx = static_cast<int32_t>(j);
     }
     std::vector<typename KdBuilder<D, A>::Task> tasks;

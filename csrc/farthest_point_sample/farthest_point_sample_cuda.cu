@@ -324,9 +324,10 @@ void fps_launch(const Tensor& points, const Tensor& lengths, const Tensor& start
 Tensor farthest_point_sample_cuda(Tensor points_in, int64_t n_samples, Tensor lengths_in,
                                   Tensor start_in) {
   const char* op = "farthest_point_sample";
-  check_rank(points_in, 3, op, "points");
+  check_rank(points_in, 3, op, "points", "(B, N, D)");
   const int64_t B = points_in.size(0);
   STD_TORCH_CHECK(n_samples >= 0, op, ": n_samples must be >= 0, got ", n_samples);
+  check_float_tensor(points_in, op, "points");
   check_int64_vector(lengths_in, B, op, "lengths");
   check_int64_vector(start_in, B, op, "start_index");
   check_on_gpu(points_in, op, "points");
@@ -337,8 +338,10 @@ Tensor farthest_point_sample_cuda(Tensor points_in, int64_t n_samples, Tensor le
   const Tensor points = torch::stable::contiguous(points_in);
   const Tensor lengths = torch::stable::contiguous(lengths_in);
   const Tensor start = torch::stable::contiguous(start_in);
-  Tensor out = torch::stable::empty({B, n_samples}, torch::headeronly::ScalarType::Long,
-                                    std::nullopt, points.device());
+  // Lengths and start indices are not read on the host (no sync): the kernels
+  // clamp them into range (clamp_len), so bad values cannot read out of bounds.
+  Tensor out = alloc_output({B, n_samples}, torch::headeronly::ScalarType::Long, points, op,
+                            "n_samples", n_samples, "the indices", 8);
   if (out.numel() == 0) return out;
   const cudaStream_t stream = current_stream(dev);
   PCGEOM_DISPATCH_FLOATING(points.scalar_type(), op, [&] {

@@ -43,6 +43,7 @@
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 
+#include "common/checks.h"
 #include "common/pcgeom_common.h"
 #include "common/topk_cpu.h"
 #include "knn/knn_scan_cpu.h"
@@ -501,7 +502,7 @@ void knn_blocked_cpu(const T* q, const T* p, const int64_t* ql, const int64_t* p
   using A = T;
   const A r2 = static_cast<A>(radius2);
   std::vector<CloudWork<A>> works(B);
-  torch::stable::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
+  pcgeom::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       prepare_cloud<A>(q + b * M * D, p + b * N * D, ql[b], pl[b], D, K, use_radius, r2,
                        self_query, force, &works[b]);
@@ -523,7 +524,7 @@ void knn_blocked_cpu(const T* q, const T* p, const int64_t* ql, const int64_t* p
     if (w.symmetric) max_nb = std::max(max_nb, w.nblocks);
   }
   auto run_round = [&](const std::vector<TileTask>& tasks) {
-    torch::stable::parallel_for(0, static_cast<int64_t>(tasks.size()), 1,
+    pcgeom::parallel_for(0, static_cast<int64_t>(tasks.size()), 1,
                                 [&](int64_t begin, int64_t end) {
                                   std::vector<A> G, vbuf, QI, PJ;
                                   for (int64_t i = begin; i < end; ++i) {
@@ -557,7 +558,7 @@ void knn_blocked_cpu(const T* q, const T* p, const int64_t* ql, const int64_t* p
   for (int64_t b = 0; b < B; ++b) {
     offsets[b + 1] = offsets[b] + works[b].nq() + static_cast<int64_t>(works[b].qbad.size());
   }
-  torch::stable::parallel_for(0, offsets[B], 8, [&](int64_t begin, int64_t end) {
+  pcgeom::parallel_for(0, offsets[B], 8, [&](int64_t begin, int64_t end) {
     std::vector<int32_t> rows;
     std::vector<A> dd;
     std::vector<A> bd(K);

@@ -12,7 +12,7 @@
 //     high-dimensional batches, NaN/inf queries: the tile path
 //     (knn/knn_tile_cpu.cpp), vectorised exact distances with a partial
 //     selection;
-//   * the scalar scan only for clouds of 2^31 points or more.
+//   * the scalar scan only for clouds (or query sets) of 2^31 - 1 points or more.
 // PCGEOM_KNN_CPU_PATH=tree|blocked|tile|scan forces one (knn_scan_cpu.h).
 // Every path evaluates the distances it keeps with the one formula of
 // pcgeom_common.h and ranks with the pcgeom key order, so all of them return
@@ -89,7 +89,7 @@ void knn_brute_kernel(const A* q, const A* p, const int64_t* ql, const int64_t* 
                       int64_t M, int64_t N, int64_t D, int64_t K, bool use_radius, double radius2,
                       A* out_d, int64_t* out_i) {
   const A r2 = static_cast<A>(radius2);
-  torch::stable::parallel_for(0, B * M, grain_for(N * D), [&](int64_t begin, int64_t end) {
+  pcgeom::parallel_for(0, B * M, grain_for(N * D), [&](int64_t begin, int64_t end) {
     std::vector<A> bd(K);
     std::vector<int64_t> bi(K);
     for (int64_t r = begin; r < end; ++r) {
@@ -218,7 +218,7 @@ void prepare_lowd_cloud(const A* q, const A* p, const int64_t* ql, const int64_t
     bl.split_top(cut, &tasks);
     const int64_t nt = static_cast<int64_t>(tasks.size());
     if (nt > 1) {
-      torch::stable::parallel_for(0, nt, 1, [&](int64_t begin, int64_t end) {
+      pcgeom::parallel_for(0, nt, 1, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) bl.build_task(tasks[i]);
       });
     } else {
@@ -257,7 +257,7 @@ void prepare_lowd_cloud(const A* q, const A* p, const int64_t* ql, const int64_t
       }
     };
     if (parallel) {
-      torch::stable::parallel_for(0, Mq, grain_for(64), descend);
+      pcgeom::parallel_for(0, Mq, grain_for(64), descend);
     } else {
       descend(0, Mq);
     }
@@ -306,7 +306,7 @@ void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int6
   const int64_t threads = std::max<int64_t>(1, torch::stable::get_num_threads());
   const bool light = work < 4 * kParallelWork;
   if (B >= threads || light) {
-    torch::stable::parallel_for(0, B, light ? B : 1, [&](int64_t begin, int64_t end) {
+    pcgeom::parallel_for(0, B, light ? B : 1, [&](int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b) {
         prepare_lowd_cloud<D, A>(q, p, ql, pl, b, M, N, K, self_query, false, path, clouds[b],
                                  items_per_cloud[b], out_d, out_i);
@@ -325,7 +325,7 @@ void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int6
   // 2. Search.
   const int64_t tree_cost = 64 * (K + 16);
   const int64_t n_items = static_cast<int64_t>(items.size());
-  torch::stable::parallel_for(
+  pcgeom::parallel_for(
       0, n_items, light ? std::max<int64_t>(1, n_items) : grain_for(cpu::kMaxGroup * tree_cost),
       [&](int64_t begin, int64_t end) {
         cpu::GroupSearch<D, A> gs(K, use_radius, r2);
@@ -433,7 +433,7 @@ bool knn_lowd_dispatch(int64_t D, const A* q, const A* p, const int64_t* ql, con
 
 // The dispatcher: which kernel serves a call.
 //
-//   N >= 2^31 points                      -> scan (the other paths index in int32)
+//   N or M >= 2^31 - 1                    -> scan (the other paths index in int32)
 //   D <= 8, per cloud (choose_tree):
 //     >= 256 finite points, 8k <= n, >= 192 queries (D <= 4), or
 //     >= 2048 / 4096 / 6144 / 12288 points and queries (D = 5 / 6 / 7 / 8)
@@ -483,8 +483,8 @@ template <typename A>
 void knn_search_acc(const A* qp, const A* pp, const int64_t* qlp, const int64_t* plp, int64_t B,
                     int64_t M, int64_t N, int64_t D, int64_t k, bool use_radius, double radius2,
                     bool self_query, A* od, int64_t* oi) {
-  // The tree, blocked and tile paths store point indices as int32.
-  const bool small_index = N < (int64_t(1) << 31) - 1;
+  // The tree, blocked and tile paths store point and query indices as int32.
+  const bool small_index = N < (int64_t(1) << 31) - 1 && M < (int64_t(1) << 31) - 1;
   if (!small_index) {
     knn_brute_kernel<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, od, oi);
     return;
@@ -526,7 +526,7 @@ void knn_backward_cpu_kernel(const T* g, const T* q, const T* p, const int64_t* 
   using A = acc_t<T>;
   // One batch element per task: points' gradients accumulate in a fixed order,
   // so the result is deterministic.
-  torch::stable::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
+  pcgeom::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
     std::vector<A> accp(N * D);
     std::vector<A> accq(D);
     for (int64_t b = begin; b < end; ++b) {
@@ -571,6 +571,9 @@ std::tuple<Tensor, Tensor> knn_search_cpu(const Tensor& query_in, const Tensor& 
                                           const Tensor& points_lengths_in, bool use_radius,
                                           double radius2, const char* op) {
   check_search_args(query_in, points_in, k, query_lengths_in, points_lengths_in, op);
+  check_cpu(points_in, op, "points");
+  check_cpu(query_lengths_in, op, "query_lengths");
+  check_cpu(points_lengths_in, op, "points_lengths");
   const int64_t B = query_in.size(0), M = query_in.size(1), D = query_in.size(2);
   const int64_t N = points_in.size(1);
   const auto dtype = query_in.scalar_type();
@@ -585,6 +588,12 @@ std::tuple<Tensor, Tensor> knn_search_cpu(const Tensor& query_in, const Tensor& 
   const bool half = dtype == torch::headeronly::ScalarType::Half ||
                     dtype == torch::headeronly::ScalarType::BFloat16;
   const auto acc_type = half ? torch::headeronly::ScalarType::Float : dtype;
+  // Outputs first: a k too large for memory is reported before any copy is made.
+  const int64_t acc_size = acc_type == torch::headeronly::ScalarType::Float ? 4 : 8;
+  Tensor dist = alloc_output({B, M, k}, acc_type, query_in, op, "k", k, "dist2 and idx",
+                             acc_size + 8);
+  Tensor idx = alloc_output({B, M, k}, torch::headeronly::ScalarType::Long, query_in, op, "k", k,
+                            "dist2 and idx", acc_size + 8);
   Tensor query = half ? torch::stable::to(query_in, acc_type) : query_in;
   query = torch::stable::contiguous(query);
   Tensor points = query;
@@ -593,9 +602,6 @@ std::tuple<Tensor, Tensor> knn_search_cpu(const Tensor& query_in, const Tensor& 
     points = torch::stable::contiguous(points);
   }
 
-  Tensor dist = torch::stable::empty({B, M, k}, acc_type, std::nullopt, query.device());
-  Tensor idx = torch::stable::empty({B, M, k}, torch::headeronly::ScalarType::Long, std::nullopt,
-                                    query.device());
   if (B * M > 0) {
     if (acc_type == torch::headeronly::ScalarType::Float) {
       knn_search_acc<float>(query.const_data_ptr<float>(), points.const_data_ptr<float>(),
@@ -616,22 +622,34 @@ std::tuple<Tensor, Tensor> knn_search_cpu(const Tensor& query_in, const Tensor& 
 std::tuple<Tensor, Tensor> knn_backward_cpu(Tensor grad_in, Tensor query_in, Tensor points_in,
                                             Tensor idx_in) {
   const char* op = "knn_backward";
-  check_rank(query_in, 3, op, "query");
-  check_rank(points_in, 3, op, "points");
-  check_rank(idx_in, 3, op, "idx");
-  check_rank(grad_in, 3, op, "grad_dist2");
+  check_rank(grad_in, 3, op, "grad_dist2", "(B, M, k)");
+  check_rank(query_in, 3, op, "query", "(B, M, D)");
+  check_rank(points_in, 3, op, "points", "(B, N, D)");
+  check_rank(idx_in, 3, op, "idx", "(B, M, k)");
   const int64_t B = query_in.size(0), M = query_in.size(1), D = query_in.size(2);
   const int64_t N = points_in.size(1);
   const int64_t K = idx_in.size(2);
-  STD_TORCH_CHECK(idx_in.size(0) == B && idx_in.size(1) == M && grad_in.size(0) == B &&
-                      grad_in.size(1) == M && grad_in.size(2) == K,
-                  op, ": grad_dist2 and idx must have shape (B, M, k)");
-  STD_TORCH_CHECK(grad_in.scalar_type() == query_in.scalar_type(), op,
-                  ": grad_dist2 must have the dtype of query");
+  check_size(points_in, 0, B, op, "points", "(B, N, D)", "the B of query");
+  check_size(points_in, 2, D, op, "points", "(B, N, D)", "the D of query");
+  check_size(idx_in, 0, B, op, "idx", "(B, M, k)", "the B of query");
+  check_size(idx_in, 1, M, op, "idx", "(B, M, k)", "the M of query");
+  check_size(grad_in, 0, B, op, "grad_dist2", "(B, M, k)", "the B of query");
+  check_size(grad_in, 1, M, op, "grad_dist2", "(B, M, k)", "the M of query");
+  check_size(grad_in, 2, K, op, "grad_dist2", "(B, M, k)", "the k of idx");
+  check_float_tensor(query_in, op, "query");
+  check_same_dtype(points_in, query_in, op, "points", "query");
+  check_same_dtype(grad_in, query_in, op, "grad_dist2", "query");
+  check_int64(idx_in, op, "idx");
+  check_cpu(points_in, op, "points");
+  check_cpu(idx_in, op, "idx");
+  check_cpu(grad_in, op, "grad_dist2");
+  // Like knn_gather: -1 is padding, anything else outside [0, N) is an error
+  // (one pass; the kernel would skip such slots, the CUDA kernel does).
   const Tensor g = torch::stable::contiguous(grad_in);
   const Tensor query = torch::stable::contiguous(query_in);
   const Tensor points = torch::stable::contiguous(points_in);
   const Tensor idx = torch::stable::contiguous(idx_in);
+  check_index_range_cpu(idx.const_data_ptr<int64_t>(), idx.numel(), N, op, "idx");
   Tensor gq = torch::stable::empty({B, M, D}, query.scalar_type(), std::nullopt, query.device());
   Tensor gp = torch::stable::empty({B, N, D}, query.scalar_type(), std::nullopt, query.device());
   if (B == 0) return std::make_tuple(gq, gp);

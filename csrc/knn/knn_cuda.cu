@@ -731,10 +731,6 @@ __global__ void knn_grad_points_kernel(const T* __restrict__ g, const T* __restr
   }
 }
 
-bool is_float_dtype(torch::headeronly::ScalarType st) {
-  using S = torch::headeronly::ScalarType;
-  return st == S::Float || st == S::Double || st == S::Half || st == S::BFloat16;
-}
 
 template <typename T>
 KnnArgs<T> make_args(const Tensor& q, const Tensor& p, const Tensor& ql, const Tensor& pl,
@@ -752,8 +748,8 @@ KnnArgs<T> make_args(const Tensor& q, const Tensor& p, const Tensor& ql, const T
 }
 
 void check_common(const Tensor& query, const Tensor& points, const char* op) {
-  check_rank(query, 3, op, "query");
-  check_rank(points, 3, op, "points");
+  check_rank(query, 3, op, "query", "(B, M, D)");
+  check_rank(points, 3, op, "points", "(B, N, D)");
   check_on_gpu(query, op, "query");
 }
 
@@ -765,22 +761,25 @@ std::tuple<Tensor, Tensor> knn_cuda(Tensor query, Tensor points, int64_t k, Tens
 std::tuple<Tensor, Tensor> knn_backward_cuda(Tensor grad_in, Tensor query_in, Tensor points_in,
                                              Tensor idx_in) {
   const char* op = "knn_backward";
+  check_rank(grad_in, 3, op, "grad_dist2", "(B, M, k)");
   check_common(query_in, points_in, op);
-  check_rank(idx_in, 3, op, "idx");
-  check_rank(grad_in, 3, op, "grad_dist2");
+  check_rank(idx_in, 3, op, "idx", "(B, M, k)");
   const int64_t B = query_in.size(0), M = query_in.size(1), D = query_in.size(2);
   const int64_t N = points_in.size(1);
   const int64_t K = idx_in.size(2);
-  STD_TORCH_CHECK(points_in.size(0) == B && points_in.size(2) == D, op,
-                  ": query and points must share batch size and dimension");
-  STD_TORCH_CHECK(idx_in.size(0) == B && idx_in.size(1) == M && grad_in.size(0) == B &&
-                      grad_in.size(1) == M && grad_in.size(2) == K,
-                  op, ": grad_dist2 and idx must have shape (B, M, k)");
-  STD_TORCH_CHECK(grad_in.scalar_type() == query_in.scalar_type() &&
-                      points_in.scalar_type() == query_in.scalar_type(),
-                  op, ": grad_dist2, query and points must have the same dtype");
-  STD_TORCH_CHECK(idx_in.scalar_type() == torch::headeronly::ScalarType::Long, op,
-                  ": idx must be int64");
+  check_size(points_in, 0, B, op, "points", "(B, N, D)", "the B of query");
+  check_size(points_in, 2, D, op, "points", "(B, N, D)", "the D of query");
+  check_size(idx_in, 0, B, op, "idx", "(B, M, k)", "the B of query");
+  check_size(idx_in, 1, M, op, "idx", "(B, M, k)", "the M of query");
+  check_size(grad_in, 0, B, op, "grad_dist2", "(B, M, k)", "the B of query");
+  check_size(grad_in, 1, M, op, "grad_dist2", "(B, M, k)", "the M of query");
+  check_size(grad_in, 2, K, op, "grad_dist2", "(B, M, k)", "the k of idx");
+  check_float_tensor(query_in, op, "query");
+  check_same_dtype(points_in, query_in, op, "points", "query");
+  check_same_dtype(grad_in, query_in, op, "grad_dist2", "query");
+  check_int64(idx_in, op, "idx");
+  // Index values are not read on the host (that would need a sync): the
+  // kernels treat a slot outside [0, N) like the padding -1.
   const int32_t dev = gpu_index(query_in);
   check_same_cuda(points_in, dev, op, "points");
   check_same_cuda(idx_in, dev, op, "idx");
@@ -837,15 +836,15 @@ std::tuple<Tensor, Tensor> knn_search_cuda(const Tensor& query_in, const Tensor&
   check_same_cuda(points_lengths_in, dev, op, "points_lengths");
   DeviceGuard guard(dev);
 
+  const int64_t out_bytes = static_cast<int64_t>(query_in.element_size()) + 8;
+  Tensor dist = alloc_output({B, M, k}, query_in.scalar_type(), query_in, op, "k", k,
+                             "dist2 and idx", out_bytes);
+  Tensor idx = alloc_output({B, M, k}, torch::headeronly::ScalarType::Long, query_in, op, "k", k,
+                            "dist2 and idx", out_bytes);
   const Tensor query = torch::stable::contiguous(query_in);
   const Tensor points = torch::stable::contiguous(points_in);
   const Tensor ql = torch::stable::contiguous(query_lengths_in);
   const Tensor pl = torch::stable::contiguous(points_lengths_in);
-  STD_TORCH_CHECK(is_float_dtype(query.scalar_type()), op,
-                  ": expected a float16, bfloat16, float32 or float64 tensor");
-  Tensor dist = torch::stable::empty({B, M, k}, query.scalar_type(), std::nullopt, query.device());
-  Tensor idx = torch::stable::empty({B, M, k}, torch::headeronly::ScalarType::Long, std::nullopt,
-                                    query.device());
   if (B * M == 0) return std::make_tuple(dist, idx);
   const cudaStream_t stream = current_stream(dev);
   // The search kernels exist for the two accumulation types only (compile time

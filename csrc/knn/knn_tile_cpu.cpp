@@ -46,6 +46,8 @@
 
 #include <torch/csrc/stable/ops.h>
 
+#include "common/checks.h"
+
 #include "common/pcgeom_common.h"
 #include "common/simd_cpu.h"
 #include "common/topk_cpu.h"
@@ -610,7 +612,7 @@ void knn_tile_cpu(const A* q, const A* p, const int64_t* ql, const int64_t* pl, 
   }
   const int64_t n = static_cast<int64_t>(items.size());
   const bool light = work < 4 * kParallelWork;
-  torch::stable::parallel_for(0, n, light ? std::max<int64_t>(1, n) : 1,
+  pcgeom::parallel_for(0, n, light ? std::max<int64_t>(1, n) : 1,
                               [&](int64_t begin, int64_t end) {
                                 for (int64_t w = begin; w < end; ++w) {
                                   const Item& it = items[w];

@@ -47,13 +47,13 @@ __global__ void gather_backward_kernel(const T* __restrict__ g, const int64_t* _
 
 Tensor knn_gather_cuda(Tensor x_in, Tensor idx_in) {
   const char* op = "knn_gather";
-  check_rank(x_in, 3, op, "x");
-  check_rank(idx_in, 3, op, "idx");
-  STD_TORCH_CHECK(idx_in.scalar_type() == torch::headeronly::ScalarType::Long, op,
-                  ": idx must be int64");
+  check_rank(x_in, 3, op, "x", "(B, N, C)");
+  check_rank(idx_in, 3, op, "idx", "(B, M, k)");
+  check_float_tensor(x_in, op, "x");
+  check_int64(idx_in, op, "idx");
   const int64_t B = x_in.size(0), N = x_in.size(1), C = x_in.size(2);
   const int64_t M = idx_in.size(1), K = idx_in.size(2);
-  STD_TORCH_CHECK(idx_in.size(0) == B, op, ": x and idx must share the batch size");
+  check_size(idx_in, 0, B, op, "idx", "(B, M, k)", "the B of x");
   check_on_gpu(x_in, op, "x");
   const int32_t dev = gpu_index(x_in);
   check_same_cuda(idx_in, dev, op, "idx");
@@ -74,22 +74,24 @@ Tensor knn_gather_cuda(Tensor x_in, Tensor idx_in) {
 
 Tensor knn_gather_backward_cuda(Tensor grad_in, Tensor idx_in, int64_t n) {
   const char* op = "knn_gather_backward";
-  check_rank(grad_in, 4, op, "grad");
-  check_rank(idx_in, 3, op, "idx");
-  STD_TORCH_CHECK(idx_in.scalar_type() == torch::headeronly::ScalarType::Long, op,
-                  ": idx must be int64");
+  check_rank(grad_in, 4, op, "grad", "(B, M, k, C)");
+  check_rank(idx_in, 3, op, "idx", "(B, M, k)");
+  check_float_tensor(grad_in, op, "grad");
+  check_int64(idx_in, op, "idx");
   const int64_t B = grad_in.size(0), M = grad_in.size(1), K = grad_in.size(2);
   const int64_t C = grad_in.size(3);
-  STD_TORCH_CHECK(idx_in.size(0) == B && idx_in.size(1) == M && idx_in.size(2) == K, op,
-                  ": grad must have shape (*idx.shape, C)");
-  STD_TORCH_CHECK(n >= 0, op, ": n must be >= 0");
+  check_size(idx_in, 0, B, op, "idx", "(B, M, k)", "the B of grad");
+  check_size(idx_in, 1, M, op, "idx", "(B, M, k)", "the M of grad");
+  check_size(idx_in, 2, K, op, "idx", "(B, M, k)", "the k of grad");
+  STD_TORCH_CHECK(n >= 0, op, ": n must be >= 0, got ", n);
   check_on_gpu(grad_in, op, "grad");
   const int32_t dev = gpu_index(grad_in);
   check_same_cuda(idx_in, dev, op, "idx");
   DeviceGuard guard(dev);
   const Tensor g = torch::stable::contiguous(grad_in);
   const Tensor idx = torch::stable::contiguous(idx_in);
-  Tensor out = torch::stable::empty({B, n, C}, g.scalar_type(), std::nullopt, g.device());
+  Tensor out = alloc_output({B, n, C}, g.scalar_type(), g, op, "n", n, "the gradient",
+                            static_cast<int64_t>(g.element_size()));
   if (out.numel() == 0) return out;
   const cudaStream_t stream = current_stream(dev);
   PCGEOM_DISPATCH_FLOATING(g.scalar_type(), op, [&] {

@@ -43,6 +43,12 @@ def ball_query(query, points, radius, k, *, query_lengths=None, points_lengths=N
         ``KNNResult(dist2 (B, M, k), idx (B, M, k) int64)``; differentiable
         w.r.t. ``query`` and ``points`` through ``dist2``.
 
+    Raises:
+        TypeError, ValueError: bad shapes, dtypes, devices, ``radius < 0``,
+            ``k < 1``, lengths out of range.
+        RuntimeError: outputs that cannot be allocated (a huge ``k``), naming
+            ``k`` and the bytes needed (docs/guides/limits.md).
+
     Example:
         >>> import torch, pcgeom
         >>> pts = torch.tensor([[[0.0, 0, 0], [1, 0, 0], [0, 2, 0]]])

@@ -38,6 +38,14 @@ def farthest_point_sample(points, n_samples, *, lengths=None, start_index=0, off
         ``s >= lengths[b]`` are ``-1``.  Indices carry no gradient; gather the
         points with ``torch.gather`` or :func:`pcgeom.knn_gather` to get one.
 
+    Raises:
+        TypeError, ValueError: bad shapes, dtypes, lengths or start indices.
+        RuntimeError: an output ``(B, n_samples)`` that cannot be allocated
+            (names ``n_samples`` and the bytes needed), or CPU working buffers
+            that do not fit (names the cloud, its size and the bytes needed:
+            about ``4 * (D + 1)`` bytes per point; float16/bfloat16 clouds are
+            read in place).  See docs/guides/limits.md.
+
     Example:
         >>> import torch, pcgeom
         >>> pts = torch.tensor([[[0.0, 0], [1, 0], [5, 0], [2, 0]]])

@@ -52,6 +52,14 @@ def knn(query, points, k, *, query_lengths=None, points_lengths=None,
     padded slots get zero gradient.  Memory is bounded: no ``M x N`` distance
     matrix is ever allocated.
 
+    Raises:
+        TypeError, ValueError: bad shapes, dtypes, devices, ``k < 1`` or lengths
+            out of range, naming the argument, the expected and the actual value.
+        RuntimeError: outputs ``(B, M, k)`` that cannot be allocated (a huge
+            ``k``): the message names ``k`` and the bytes needed.  Any size that
+            fits in memory works; see docs/guides/limits.md.  The raw op
+            ``torch.ops.pcgeom.knn`` checks the same things itself.
+
     Example:
         >>> import torch, pcgeom
         >>> pts = torch.tensor([[[0.0, 0, 0], [1, 0, 0], [0, 2, 0]]])

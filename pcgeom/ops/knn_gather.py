@@ -19,6 +19,13 @@ def knn_gather(x, idx) -> torch.Tensor:
         ``(B, M, k, C)`` tensor in the dtype of ``x``; differentiable w.r.t. ``x``
         (gradients of ``-1`` slots are dropped).
 
+    Raises:
+        TypeError, ValueError: bad shapes, dtypes, devices, or (eager mode) an
+            index outside ``[-1, N)``.  A direct ``torch.ops.pcgeom.knn_gather``
+            call checks the indices too (one pass) on the CPU; the CUDA kernel
+            treats an out-of-range index like ``-1`` instead of syncing to check
+            (docs/guides/limits.md).
+
     Example:
         >>> import torch, pcgeom
         >>> x = torch.arange(6.0).reshape(1, 3, 2)

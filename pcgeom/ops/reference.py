@@ -41,6 +41,111 @@ def sq_dist(q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     return out
 
 
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32",
+                torch.float64: "float64", torch.int64: "int64", torch.int32: "int32"}
+
+
+def _dtype(t: torch.Tensor) -> str:
+    return _DTYPE_NAMES.get(t.dtype, str(t.dtype).replace("torch.", ""))
+
+
+def _shape(t: torch.Tensor) -> str:
+    return str(tuple(int(s) for s in t.shape))
+
+
+# The kernel-boundary checks of csrc/common/checks.h, with the same wording:
+# a direct torch.ops.pcgeom.* call with bad arguments is a RuntimeError that
+# names the op, the argument, what was expected and what was given.
+def _check_rank(op: str, name: str, t, rank: int, layout: str) -> None:
+    if not isinstance(t, torch.Tensor) or t.dim() != rank:
+        got = _shape(t) if isinstance(t, torch.Tensor) else type(t).__name__
+        raise RuntimeError(f"{op}: {name} must have {rank} dimensions {layout}, got shape {got}")
+
+
+def _check_size(op: str, name: str, t, dim: int, expected: int, layout: str, what: str) -> None:
+    if t.shape[dim] != expected:
+        raise RuntimeError(
+            f"{op}: {name} must have shape {layout} with size {expected} in dimension {dim} "
+            f"({what}), got {_shape(t)}"
+        )
+
+
+def _check_float(op: str, name: str, t) -> None:
+    if t.dtype not in _FLOATS:
+        raise RuntimeError(f"{op}: {name} must be float16, bfloat16, float32 or float64, got {_dtype(t)}")
+
+
+def _check_same_dtype(op: str, name: str, t, ref_name: str, ref) -> None:
+    if t.dtype != ref.dtype:
+        raise RuntimeError(f"{op}: {name} must have the dtype of {ref_name} ({_dtype(ref)}), got {_dtype(t)}")
+
+
+def _check_int64(op: str, name: str, t) -> None:
+    if t.dtype != torch.int64:
+        raise RuntimeError(f"{op}: {name} must be int64, got {_dtype(t)}")
+
+
+def _check_vector(op: str, name: str, t, B: int) -> None:
+    if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.shape[0] != B:
+        got = _shape(t) if isinstance(t, torch.Tensor) else type(t).__name__
+        raise RuntimeError(f"{op}: {name} must have shape ({B},), got {got}")
+    _check_int64(op, name, t)
+
+
+def _check_device(op: str, ref, **tensors) -> None:
+    for name, t in tensors.items():
+        if t.device != ref.device:
+            raise RuntimeError(f"{op}: {name} must be on the same device as the other inputs ({ref.device}), got {t.device}")
+
+
+def _check_index_range(op: str, name: str, idx, n: int) -> None:
+    if idx.numel():
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < -1 or hi >= n:
+            bad = lo if lo < -1 else hi
+            raise RuntimeError(f"{op}: {name} values must be in [-1, {n}), got {bad}")
+
+
+def _bytes_str(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def _alloc(op: str, arg: str, value: int, what: str, shape, bytes_per_elem: int, make):
+    """Runs ``make()`` (an allocation sized by ``arg``), naming ``arg`` and the size if it fails."""
+    elems = 1
+    for s in shape:
+        elems *= int(s)
+    need = elems * bytes_per_elem
+    dims = ", ".join(str(int(s)) for s in shape)
+    if elems >= 2**63:
+        raise RuntimeError(f"{op}: {arg}={value} is too large: {what} of shape ({dims}) would need "
+                           f"{_bytes_str(need)}, more than any address space holds")
+    try:
+        return make()
+    except (RuntimeError, MemoryError) as exc:
+        raise RuntimeError(f"{op}: {arg}={value} needs {what} of shape ({dims}), {_bytes_str(need)}, "
+                           f"and allocating it failed on the input's device") from exc
+
+
+def _check_search_args(op, query, points, k, query_lengths, points_lengths) -> None:
+    _check_rank(op, "query", query, 3, "(B, M, D)")
+    _check_rank(op, "points", points, 3, "(B, N, D)")
+    B = query.shape[0]
+    _check_size(op, "points", points, 0, B, "(B, N, D)", "the B of query")
+    _check_size(op, "points", points, 2, query.shape[2], "(B, N, D)", "the D of query")
+    _check_float(op, "query", query)
+    _check_same_dtype(op, "points", points, "query", query)
+    if k < 1:
+        raise RuntimeError(f"{op}: k must be >= 1, got {k}")
+    _check_vector(op, "query_lengths", query_lengths, B)
+    _check_vector(op, "points_lengths", points_lengths, B)
+    _check_device(op, query, points=points, query_lengths=query_lengths, points_lengths=points_lengths)
+
+
 def _check_range(op: str, name: str, values, lo: int, hi: int) -> None:
     # Direct torch.ops calls bypass the Python wrappers; like the kernels, the
     # reference refuses out-of-range values instead of reading out of bounds.
@@ -97,17 +202,19 @@ def _first_in_index_order(valid: torch.Tensor, k: int):
 
 
 def _knn_search(query, points, k, query_lengths, points_lengths, radius2=None, op="knn", index_order=False):
+    _check_search_args(op, query, points, k, query_lengths, points_lengths)
     B, M, D = query.shape
     N = points.shape[1]
-    if k < 1:
-        raise RuntimeError(f"{op}: k must be >= 1, got {k}")
     ql = query_lengths.tolist()
     pl = points_lengths.tolist()
     _check_range(op, "query_lengths", ql, 0, M)
     _check_range(op, "points_lengths", pl, 0, N)
     acc = acc_dtype(query.dtype)
-    dist_out = torch.full((B, M, k), float("inf"), dtype=query.dtype, device=query.device)
-    idx_out = torch.full((B, M, k), -1, dtype=torch.int64, device=query.device)
+    per = query.element_size() + 8
+    dist_out = _alloc(op, "k", k, "dist2 and idx", (B, M, k), per,
+                      lambda: torch.full((B, M, k), float("inf"), dtype=query.dtype, device=query.device))
+    idx_out = _alloc(op, "k", k, "dist2 and idx", (B, M, k), per,
+                     lambda: torch.full((B, M, k), -1, dtype=torch.int64, device=query.device))
     if B * M == 0 or N == 0:
         return dist_out, idx_out
     r2 = None if radius2 is None else torch.tensor(radius2, dtype=acc, device=query.device)
@@ -143,7 +250,7 @@ def ball_query_reference(query, points, radius, k, query_lengths, points_lengths
     ``index_order=False``: the k nearest of them (the KNN order).  ``True``: the
     first k of them in index order, each slot keeping its distance.
     """
-    if radius < 0:
+    if not radius >= 0:  # also NaN
         raise RuntimeError(f"ball_query: radius must be >= 0, got {radius}")
     return _knn_search(
         query, points, k, query_lengths, points_lengths, radius2=radius * radius, op="ball_query",
@@ -154,11 +261,30 @@ def ball_query_reference(query, points, radius, k, query_lengths, points_lengths
 def knn_backward_reference(grad_dist2, query, points, idx):
     """Gradients of ``dist2[b,m,j] = |query[b,m] - points[b,idx[b,m,j]]|^2``.
 
-    Padded slots (``idx = -1``) contribute nothing.
+    Padded slots (``idx = -1``) contribute nothing; other values outside
+    ``[0, N)`` are an error.
     """
+    op = "knn_backward"
+    _check_rank(op, "grad_dist2", grad_dist2, 3, "(B, M, k)")
+    _check_rank(op, "query", query, 3, "(B, M, D)")
+    _check_rank(op, "points", points, 3, "(B, N, D)")
+    _check_rank(op, "idx", idx, 3, "(B, M, k)")
     B, M, D = query.shape
     N = points.shape[1]
     K = idx.shape[2]
+    _check_size(op, "points", points, 0, B, "(B, N, D)", "the B of query")
+    _check_size(op, "points", points, 2, D, "(B, N, D)", "the D of query")
+    _check_size(op, "idx", idx, 0, B, "(B, M, k)", "the B of query")
+    _check_size(op, "idx", idx, 1, M, "(B, M, k)", "the M of query")
+    _check_size(op, "grad_dist2", grad_dist2, 0, B, "(B, M, k)", "the B of query")
+    _check_size(op, "grad_dist2", grad_dist2, 1, M, "(B, M, k)", "the M of query")
+    _check_size(op, "grad_dist2", grad_dist2, 2, K, "(B, M, k)", "the k of idx")
+    _check_float(op, "query", query)
+    _check_same_dtype(op, "points", points, "query", query)
+    _check_same_dtype(op, "grad_dist2", grad_dist2, "query", query)
+    _check_int64(op, "idx", idx)
+    _check_device(op, query, points=points, idx=idx, grad_dist2=grad_dist2)
+    _check_index_range(op, "idx", idx, N)
     acc = acc_dtype(query.dtype)
     gq = torch.zeros((B, M, D), dtype=acc, device=query.device)
     gp = torch.zeros((B, N, D), dtype=acc, device=query.device)
@@ -182,10 +308,16 @@ def knn_backward_reference(grad_dist2, query, points, idx):
 
 def knn_gather_reference(x, idx):
     """``out[b,m,j] = x[b, idx[b,m,j]]``, zeros where ``idx == -1``."""
+    op = "knn_gather"
+    _check_rank(op, "x", x, 3, "(B, N, C)")
+    _check_rank(op, "idx", idx, 3, "(B, M, k)")
+    _check_float(op, "x", x)
+    _check_int64(op, "idx", idx)
     B, N, C = x.shape
     _, M, K = idx.shape
-    if idx.numel() and (int(idx.min()) < -1 or int(idx.max()) >= N):
-        raise RuntimeError(f"knn_gather: idx values must be in [-1, {N})")
+    _check_size(op, "idx", idx, 0, B, "(B, M, k)", "the B of x")
+    _check_device(op, x, idx=idx)
+    _check_index_range(op, "idx", idx, N)
     valid = idx >= 0
     safe = idx.clamp_min(0).reshape(B, M * K, 1).expand(-1, -1, C)
     if N == 0:
@@ -196,11 +328,22 @@ def knn_gather_reference(x, idx):
 
 def knn_gather_backward_reference(grad, idx, n):
     """Scatter-add of ``grad (B,M,k,C)`` back to ``(B,n,C)``; ``-1`` slots are dropped."""
+    op = "knn_gather_backward"
+    _check_rank(op, "grad", grad, 4, "(B, M, k, C)")
+    _check_rank(op, "idx", idx, 3, "(B, M, k)")
+    _check_float(op, "grad", grad)
+    _check_int64(op, "idx", idx)
     B, M, K, C = grad.shape
-    if idx.numel() and (int(idx.min()) < -1 or int(idx.max()) >= n):
-        raise RuntimeError(f"knn_gather_backward: idx values must be in [-1, {n})")
+    _check_size(op, "idx", idx, 0, B, "(B, M, k)", "the B of grad")
+    _check_size(op, "idx", idx, 1, M, "(B, M, k)", "the M of grad")
+    _check_size(op, "idx", idx, 2, K, "(B, M, k)", "the k of grad")
+    if n < 0:
+        raise RuntimeError(f"{op}: n must be >= 0, got {n}")
+    _check_device(op, grad, idx=idx)
+    _check_index_range(op, "idx", idx, n)
     acc = acc_dtype(grad.dtype)
-    out = torch.zeros((B, n, C), dtype=acc, device=grad.device)
+    out = _alloc(op, "n", n, "the gradient", (B, n, C), grad.element_size() + (4 if acc != grad.dtype else 0),
+                 lambda: torch.zeros((B, n, C), dtype=acc, device=grad.device))
     if n == 0 or grad.numel() == 0:
         return out.to(grad.dtype)
     valid = (idx >= 0)[..., None]
@@ -223,17 +366,24 @@ def farthest_point_sample_reference(points, n_samples, lengths, start_index):
       number: points with non-finite coordinates are chosen last;
     * slots ``s >= lengths[b]`` are ``-1``.
     """
+    op = "farthest_point_sample"
+    _check_rank(op, "points", points, 3, "(B, N, D)")
     B, N, D = points.shape
     S = n_samples
     dev = points.device
     if S < 0:
         raise RuntimeError(f"farthest_point_sample: n_samples must be >= 0, got {S}")
+    _check_float(op, "points", points)
+    _check_vector(op, "lengths", lengths, B)
+    _check_vector(op, "start_index", start_index, B)
+    _check_device(op, points, lengths=lengths, start_index=start_index)
     lens, starts = lengths.tolist(), start_index.tolist()
     _check_range("farthest_point_sample", "lengths", lens, 0, N)
     for b, (n, st) in enumerate(zip(lens, starts)):
         if n > 0 and not 0 <= st < n:
             raise RuntimeError(f"farthest_point_sample: start_index[{b}]={st} is outside [0, {n})")
-    out = torch.full((B, S), -1, dtype=torch.int64, device=dev)
+    out = _alloc(op, "n_samples", S, "the indices", (B, S), 8,
+                 lambda: torch.full((B, S), -1, dtype=torch.int64, device=dev))
     if B == 0 or N == 0 or S == 0:
         return out
     acc = acc_dtype(points.dtype)

@@ -106,8 +106,20 @@ def main(argv=None) -> pathlib.Path:
     libs = [f"-L{p}" for p in library_paths()] + [f"-Wl,-rpath,{p}" for p in library_paths()]
     libs += ["-ltorch_cpu", "-lc10"]
     cmd = ["g++", *flags, *inc, *map(str, sources), "-o", str(lib), *libs]
+    # Rebuilt only when a source, a header, the flags or torch changed.
+    import hashlib
+
+    h = hashlib.sha256(" ".join(cmd).encode() + torch.__version__.encode())
+    for f in [*sources, *sorted((ROOT / "csrc").rglob("*.h")), *sorted((ROOT / "csrc").rglob("*.cuh")),
+              *sorted(HERE.glob("*.h"))]:
+        h.update(f.read_bytes())
+    stamp = lib.with_suffix(".stamp")
+    if lib.exists() and stamp.exists() and stamp.read_text() == h.hexdigest():
+        print(f"up to date: {lib}")
+        return lib
     print(" ".join(cmd[:8]), "...", flush=True)
     subprocess.run(cmd, check=True)
+    stamp.write_text(h.hexdigest())
     print(f"built {lib} (torch {torch.__version__})")
     return lib
 

@@ -292,3 +292,57 @@ def test_pca_normals(dtype):
     # Out-of-range indices from a direct call are left out, never read.
     y = E().pca_normals(p, torch.full((2, 1, 3), 99))
     assert torch.equal(y[0].float(), torch.tensor([0.0, 0.0, 1.0]).expand(2, 1, 3))
+
+
+# --------------------------------------------------------------------------- index math
+
+def _as_padding(idx, n):
+    return torch.where((idx >= 0) & (idx < n), idx, torch.full_like(idx, -1))
+
+
+def test_out_of_range_indices_are_padding_in_the_cuda_kernels():
+    # The CUDA kernels do not read index values on the host (no sync): any
+    # index outside [0, N) must act exactly like the padding -1, in the gather,
+    # in its backward and in knn's backward -- never an out-of-bounds access
+    # (run under --asan to see one).
+    g = torch.Generator().manual_seed(3)
+    x = rand(2, 7, 5, seed=30)
+    idx = torch.randint(-1, 7, (2, 6, 4), generator=g)
+    idx.view(-1)[[0, 5, 17, 40, 47]] = torch.tensor([7, 2**40, -2, -(2**40), 9])
+    pad = _as_padding(idx, 7)
+    same(E().knn_gather(x, idx), C().knn_gather(x, pad), "gather, bad indices")
+    grad = rand(2, 6, 4, 5, seed=31)
+    same(E().knn_gather_backward(grad, idx, 7), C().knn_gather_backward(grad, pad, 7), "gather backward")
+    q, p = rand(2, 6, 3, seed=32), rand(2, 7, 3, seed=33)
+    gd = rand(2, 6, 4, seed=34)
+    for a, b in zip(E().knn_backward(gd, q, p, idx), C().knn_backward(gd, q, p, pad)):
+        same(a, b, "knn backward, bad indices")
+
+
+def test_fps_clamps_lengths_and_starts_like_the_wrapper_would_reject():
+    p = rand(3, 9, 3, seed=35)
+    got = E().farthest_point_sample(p, 5, torch.tensor([12, -4, 9]), torch.tensor([2, 0, 40]))
+    want = C().farthest_point_sample(p, 5, torch.tensor([9, 0, 9]), torch.tensor([2, 0, 8]))
+    same(got, want, "clamped lengths / start")
+
+
+CUDA_SOURCES = sorted((ROOT / "csrc").glob("*/*.cu")) + sorted((ROOT / "csrc").glob("*/*.cuh"))
+
+
+def test_cuda_thread_indices_are_64_bit():
+    """Static audit: every global thread index (blockIdx * blockDim + threadIdx)
+    is formed in int64, and no 32-bit variable holds a block/grid product, so a
+    grid-stride loop over more than 2**31 elements cannot wrap."""
+    import re
+
+    bad = []
+    for path in CUDA_SOURCES:
+        for no, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("//")[0]
+            # a product with blockIdx/gridDim must have an int64 operand
+            for m in re.finditer(r"(blockIdx|gridDim)\.\w\s*\*\s*(\w+)", code):
+                if not re.match(r"int64_t|kThreads|per_cloud", m.group(2)) and "int64_t(" not in code[: m.start()]:
+                    bad.append(f"{path.name}:{no}: {line.strip()}")
+            if re.search(r"\b(int|int32_t|unsigned|unsigned int)\s+\w+\s*=\s*[^;]*(blockIdx|gridDim)\.\w\s*\*", code):
+                bad.append(f"{path.name}:{no}: {line.strip()}")
+    assert not bad, "32-bit thread-index arithmetic:\n" + "\n".join(bad)
