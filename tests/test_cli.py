@@ -239,7 +239,7 @@ def test_group_reports_a_tiny_hostile_file_and_processes_the_rest(tmp_path):
     src.mkdir()
     (src / "a_hostile.ply").write_bytes(
         b"ply\nformat binary_little_endian 1.0\nelement blank 1000000000000\nelement vertex 1\n"
-        b"property float x\nproperty float y\nproperty float z\nend_header\n" + bytes(12))
+        b"property float x\nproperty float y\nproperty float z\nproperty list uchar int ring\nend_header\n" + bytes(13))
     assert len((src / "a_hostile.ply").read_bytes()) < 200
     shutil.copy(pcgeom.data.path("kitten"), src / "b.ply")
     shutil.copy(pcgeom.data.path("kitten"), src / "c.ply")

@@ -148,6 +148,7 @@ def _cases():
             for first in (True, False):
                 blank = b"element blank 1000000000000\n" + extra
                 vertex = b"element vertex 1\nproperty float x\nproperty float y\nproperty float z\n"
+                vertex += b"property list uchar int ring\n" if extra else b""  # plyfile's per-row path
                 head = f"ply\nformat {fmt} 1.0\n".encode() + (blank + vertex if first else vertex + blank) + b"end_header\n"
                 body = b"0 0 0\n" if fmt == "ascii" else bytes(12)
                 yield f"hostile/{fmt}/{extra!r}/blank_first={first}", head + body + bytes(max(0, 100 - len(head) - len(body)))
