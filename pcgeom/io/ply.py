@@ -468,7 +468,9 @@ def read_ply(path: str | os.PathLike, *, dtype: torch.dtype = torch.float32) -> 
     ``vertex`` element is returned, so a mesh reads as its vertices (faces and
     other elements are checked but ignored).  The header is validated before
     any data is allocated: a file that is not PLY, is truncated, declares more
-    elements than it holds, lacks ``x``/``y``/``z``, or declares a coordinate,
+    rows than it can hold (every element counts, also one without properties:
+    a binary row costs at least one byte, an ASCII row a line, so time and
+    memory stay proportional to the file size), lacks ``x``/``y``/``z``, or declares a coordinate,
     normal or colour as a list raises :class:`PlyFormatError` (a
     ``ValueError``) naming the file and the problem.  List-valued vertex
     properties other than those are skipped.
