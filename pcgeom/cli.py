@@ -383,8 +383,8 @@ def _group_one(src, base, targets, args, device, resume: bool):
             _group_move(partial / t.name, t, replace)
             moved.append(t)
         return "done"
-    except (ValueError, TypeError, OSError, RuntimeError) as exc:
-        why = str(exc)
+    except Exception as exc:  # one bad file is reported, never the end of the run (Ctrl-C still is)
+        why = str(exc) if isinstance(exc, (ValueError, TypeError, OSError, RuntimeError)) else f"{type(exc).__name__}: {exc}"
         prefix = f"read_ply: {src}: "
         if not replace:
             for t in moved:  # leave nothing half-made behind

@@ -230,3 +230,24 @@ def test_group_rank_share_is_a_deterministic_partition():
             assert sorted(i for s in shares for i in s) == list(range(n))
             assert max(map(len, shares)) - min(map(len, shares)) <= 1
             assert shares == [_rank_share(n, r, world) for r in range(world)]
+
+
+def test_group_reports_a_tiny_hostile_file_and_processes_the_rest(tmp_path):
+    # The ~100-byte PLY of the report (an element without properties declaring 10^12 rows) sorted
+    # *before* the good files: it is reported, the others are grouped, the exit status is 1.
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a_hostile.ply").write_bytes(
+        b"ply\nformat binary_little_endian 1.0\nelement blank 1000000000000\nelement vertex 1\n"
+        b"property float x\nproperty float y\nproperty float z\nproperty list uchar int ring\nend_header\n" + bytes(13))
+    assert len((src / "a_hostile.ply").read_bytes()) < 200
+    shutil.copy(pcgeom.data.path("kitten"), src / "b.ply")
+    shutil.copy(pcgeom.data.path("kitten"), src / "c.ply")
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, "-m", "pcgeom", "group", str(src), "--centers", "4", "--k", "8",
+                          "--out", str(out), "--device", "cpu"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stderr
+    assert "2 of 3 files grouped" in run.stdout
+    assert "1 failed" in run.stderr and "a_hostile.ply: truncated file or wrong element count" in run.stderr
+    assert "1000000000000 blank" in run.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["b_patches.ply", "b_patches.pt", "c_patches.ply", "c_patches.pt"]

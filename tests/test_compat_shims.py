@@ -150,7 +150,8 @@ def test_environment_hook_via_pth(tmp_path):
     assert "not served" in _run(code.replace("len(finders) == 1 and finders[0].origin == \"environment\"", "not finders"),
                                 env_extra={"PCGEOM_DISABLE_SHIMS": "1"})
     gone = shims.uninstall_hook(site_dir)
-    assert len(gone) == 2 and not pth.exists()
+    assert len(gone) == 3 and not pth.exists()  # the .pth, the hook and its cached bytecode
+    assert not list(site_dir.rglob("*.pyc"))
     assert not shims.hook_status(site_dir)["installed"]
 
 
@@ -175,3 +176,36 @@ def test_stale_hook_is_reported(tmp_path):
     (site_dir / shims.PTH_NAME).write_text("import _pcgeom_shim_hook; _pcgeom_shim_hook.install(('knn_cuda',))\n")
     st = shims.hook_status(site_dir)
     assert st["installed"] and not st["current"]
+
+
+def _startup_modules(python, env_extra=None) -> set:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PCGEOM_DISABLE_SHIMS")}
+    env.update(env_extra or {})
+    out = subprocess.run([python, "-c", "import sys; print('\\n'.join(sorted(sys.modules)))"], env=env,
+                         capture_output=True, text=True, timeout=120, check=True, cwd=python.parents[2]).stdout
+    return set(out.split())
+
+
+def test_start_up_hook_imports_nothing_until_a_shimmed_name_is_looked_up(tmp_path):
+    # A real environment (a venv, whose site-packages .pth files site.main runs at start-up), with
+    # and without the hook: an interpreter that never imports a shimmed name loads only the hook
+    # module itself, and nothing at all with PCGEOM_DISABLE_SHIMS=1.
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    site_dir = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    bare = _startup_modules(python)
+    pth = shims.install_hook(site_dir)
+    # The names are derived from SHIMS when the hook is written (other shims added later are served too).
+    assert all(repr(name) in pth.read_text() for name in shims.SHIMS)
+    hooked = _startup_modules(python)
+    assert hooked - bare == {shims.HOOK_NAME}, sorted(hooked - bare)
+    assert "importlib.util" not in hooked
+    assert _startup_modules(python, {"PCGEOM_DISABLE_SHIMS": "1"}) == bare
+    # The hook is live: a shimmed name is answered by it (pcgeom is not installed in this venv,
+    # so the finder declines after the lookup, which is when importlib.util is imported).
+    probe = subprocess.run([python, "-c", "import sys; import importlib.util as u; print(u.find_spec('knn_cuda'), "
+                            "[type(f).__name__ for f in sys.meta_path][-1])"], capture_output=True, text=True,
+                           timeout=120, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, cwd=tmp_path)
+    assert probe.stdout.split()[-1] == "ShimFinder", probe.stdout + probe.stderr

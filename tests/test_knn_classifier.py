@@ -468,3 +468,106 @@ def test_sharded_save_load_in_one_process(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(FileExistsError, match="is not a folder"):
         clf.save_sharded(tmp_path / "file")
+
+
+# ----------------------------------------------------------- loading validates like the constructor
+
+
+def _ctor_error(features, labels, **kw):
+    with pytest.raises((TypeError, ValueError)) as info:
+        KNNClassifier(features, labels, 3, **kw)
+    return type(info.value), str(info.value).split(": ", 1)[1]
+
+
+@pytest.mark.parametrize("case", ["float_labels", "out_of_range", "negative", "int_features", "labels_2d"])
+def test_load_state_dict_validates_like_the_constructor(case):
+    feats, labels = torch.randn(6, 4), torch.tensor([0, 1, 2, 0, 1, 2])
+    sd = KNNClassifier(feats, labels, 3).state_dict()
+    if case == "float_labels":
+        sd["labels"] = labels.double() + 0.7  # was silently truncated to 0, 1, 2
+    elif case == "out_of_range":
+        sd["labels"] = torch.tensor([0, 1, 2, 0, 1, 7])  # was a bare scatter error in predict
+    elif case == "negative":
+        sd["labels"] = torch.tensor([0, 1, 2, 0, -1, 2])
+    elif case == "int_features":
+        sd["features"] = torch.ones(6, 4, dtype=torch.int32)
+    else:
+        sd["labels"] = labels[:, None]
+    want = _ctor_error(sd["features"], sd["labels"], num_classes=3)
+    target = KNNClassifier(torch.randn(2, 4), torch.tensor([0, 2]), 3)
+    before = (target.features.clone(), target.labels.clone())
+    with pytest.raises(want[0]) as info:
+        target.load_state_dict(sd)
+    assert str(info.value) == "KNNClassifier.load_state_dict: " + want[1]
+    # Nothing was copied in.
+    assert torch.equal(target.features, before[0]) and torch.equal(target.labels, before[1])
+
+
+def test_load_state_dict_range_uses_the_saved_num_classes():
+    sd = KNNClassifier(torch.randn(4, 2), torch.tensor([0, 1, 4, 3]), 2).state_dict()  # num_classes 5
+    small = KNNClassifier(torch.randn(2, 2), torch.tensor([0, 1]), 2)
+    small.load_state_dict(sd)
+    assert small.num_classes == 5 and small.predict(torch.randn(3, 2)).max() <= 4
+    sd["_extra_state"]["num_classes"] = 4
+    with pytest.raises(ValueError, match=r"labels must be class indices in \[0, num_classes=4\), got labels\[2\]=4"):
+        KNNClassifier(torch.randn(2, 2), torch.tensor([0, 1]), 2).load_state_dict(sd)
+
+
+def _saved(tmp_path, labels=None):
+    feats = torch.randn(8, 3)
+    clf = KNNClassifier(feats, torch.arange(8) % 3 if labels is None else labels, 3, num_classes=3)
+    return clf.save_sharded(tmp_path / "g"), feats
+
+
+@pytest.mark.parametrize("case", ["float_labels", "out_of_range"])
+def test_load_sharded_validates_labels_like_the_constructor(tmp_path, case):
+    path, feats = _saved(tmp_path)
+    bad = (torch.arange(8) % 3).double() + 0.5 if case == "float_labels" else torch.tensor([0, 1, 2, 0, 1, 2, 0, 3])
+    torch.save({"features": feats, "labels": bad}, path / "shard-00000-of-00001.pt")
+    want = _ctor_error(feats, bad, num_classes=3)
+    with pytest.raises(want[0]) as info:
+        KNNClassifier.load_sharded(path)
+    assert str(info.value) == "KNNClassifier.load_sharded: " + want[1]
+
+
+class _RunsCode:
+    def __reduce__(self):
+        import pathlib
+
+        return (pathlib.Path.touch, (pathlib.Path(MARKER),))
+
+
+MARKER = ""
+
+
+def test_load_sharded_never_runs_pickled_code_and_reports_damage(tmp_path):
+    global MARKER
+    import pickle
+
+    path, feats = _saved(tmp_path)
+    shard = path / "shard-00000-of-00001.pt"
+    good = shard.read_bytes()
+    MARKER = str(tmp_path / "code-ran")
+    # A torch.save zip and a plain pickle, each holding an object whose unpickling runs code.
+    torch.save({"features": feats, "labels": torch.arange(8) % 3, "x": _RunsCode()}, shard)
+    with pytest.raises(ValueError, match=r"cannot load shard .*shard-00000-of-00001.pt.*nothing in it was run"):
+        KNNClassifier.load_sharded(path)
+    shard.write_bytes(pickle.dumps({"features": feats, "labels": _RunsCode()}))
+    with pytest.raises(ValueError, match="cannot load shard"):
+        KNNClassifier.load_sharded(path)
+    assert not (tmp_path / "code-ran").exists()
+    # Truncated shard, truncated manifest, manifest missing a key.
+    shard.write_bytes(good[: len(good) // 2])
+    with pytest.raises(ValueError, match="cannot load shard .*truncated"):
+        KNNClassifier.load_sharded(path)
+    shard.write_bytes(good)
+    assert len(KNNClassifier.load_sharded(path)) == 8
+    text = (path / "manifest.json").read_text()
+    (path / "manifest.json").write_text(text[: len(text) // 2])
+    with pytest.raises(ValueError, match="is not valid JSON"):
+        KNNClassifier.load_sharded(path)
+    m = json.loads(text)
+    del m["num_classes"]
+    (path / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ValueError, match="lacks the key 'num_classes'"):
+        KNNClassifier.load_sharded(path)

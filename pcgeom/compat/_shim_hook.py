@@ -9,12 +9,21 @@ find them (a real installed extension always wins); then, and only then,
 ``pcgeom.compat.shims`` is imported to build the module.
 
 ``pcgeom.compat.enable_shims()`` installs the same finder in the current process.
-Set ``PCGEOM_DISABLE_SHIMS=1`` to switch the start-up hook off for one process.
+Set ``PCGEOM_DISABLE_SHIMS=1`` to switch the start-up hook off for one process:
+the ``.pth`` line checks it before even importing this file.
+
+Start-up cost: this module imports only ``os`` and ``sys``, which every
+interpreter has loaded before ``.pth`` files run, so an interpreter that never
+imports a shimmed name loads exactly one extra module (this one), and none
+with ``PCGEOM_DISABLE_SHIMS=1``.  Everything else (``importlib.util``,
+pcgeom, torch) is imported inside :meth:`ShimFinder.find_spec`, and only for
+a shimmed name.
 """
 
-import importlib.util
 import os
 import sys
+
+_OFF = ("1", "true", "yes", "on")
 
 _MARK = "_pcgeom_shim_finder"
 
@@ -62,8 +71,11 @@ class ShimFinder:
             return None  # a submodule is served only inside a served package, never grafted onto a real one
         if self.real_spec(fullname, path) is not None:
             return None  # a real extension is installed: let it load
-        if "pcgeom" not in sys.modules and importlib.util.find_spec("pcgeom") is None:
-            return None  # pcgeom was uninstalled but the hook stayed behind
+        if "pcgeom" not in sys.modules:
+            import importlib.util  # deferred: only a shimmed name's lookup pays for it
+
+            if importlib.util.find_spec("pcgeom") is None:
+                return None  # pcgeom was uninstalled but the hook stayed behind
         from pcgeom.compat import shims
 
         return shims._spec(fullname, self)
@@ -73,9 +85,31 @@ def _finders():
     return [f for f in sys.meta_path if getattr(f, _MARK, False)]
 
 
+def disabled_by_env() -> bool:
+    """True when ``PCGEOM_DISABLE_SHIMS`` is set to 1/true/yes/on (any case)."""
+    return os.environ.get("PCGEOM_DISABLE_SHIMS", "").strip().lower() in _OFF
+
+
 def install(names, origin="environment"):
-    """Appends a :class:`ShimFinder` for ``names`` to ``sys.meta_path`` (idempotent per origin)."""
-    if origin == "environment" and os.environ.get("PCGEOM_DISABLE_SHIMS", "").strip().lower() in ("1", "true", "yes", "on"):
+    """Appends a :class:`ShimFinder` for ``names`` to ``sys.meta_path`` (idempotent per origin).
+
+    Args:
+        names: the module names to serve (``pcgeom.compat.shims.SHIMS``' keys,
+            frozen into the ``.pth`` line when the hook is written).
+        origin: ``"environment"`` (the ``.pth`` start-up hook, which
+            ``PCGEOM_DISABLE_SHIMS=1`` switches off) or ``"process"``
+            (:func:`pcgeom.compat.enable_shims`).
+
+    Returns:
+        The finder, or None when the environment hook is disabled by the variable.
+
+    Example:
+        >>> from pcgeom.compat import _shim_hook
+        >>> f = _shim_hook.install(["knn_cuda"], origin="doctest")
+        >>> "knn_cuda" in f.names, _shim_hook.uninstall("doctest")
+        (True, 1)
+    """
+    if origin == "environment" and disabled_by_env():
         return None
     for f in _finders():
         if f.origin == origin:

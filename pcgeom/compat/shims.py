@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
-import os
 import pathlib
 import sys
 import sysconfig
@@ -171,8 +170,16 @@ def _site_dir(site_dir=None) -> pathlib.Path:
 
 
 def _pth_line() -> str:
+    """The ``.pth`` line: names taken from :data:`SHIMS` now; nothing imported when PCGEOM_DISABLE_SHIMS is set.
+
+    ``site`` runs ``import`` lines of ``.pth`` files at start-up, with ``os``
+    and ``sys`` already loaded, so the check costs no import; otherwise only
+    the hook module itself (which imports nothing new) is loaded.
+    """
     names = tuple(sorted(SHIMS))
-    return f"import {HOOK_NAME}; {HOOK_NAME}.install({names!r})\n"
+    off = repr(_shim_hook._OFF)
+    return (f"import os, sys; os.environ.get('PCGEOM_DISABLE_SHIMS', '').strip().lower() in {off} "
+            f"or __import__({HOOK_NAME!r}).install({names!r})\n")
 
 
 def _hook_source() -> str:
@@ -182,12 +189,40 @@ def _hook_source() -> str:
 def install_hook(site_dir=None) -> pathlib.Path:
     """Writes the start-up hook into ``site_dir`` (default: this environment's site-packages).
 
-    Returns the path of the ``.pth`` file.  Idempotent; re-running it refreshes
-    the hook (e.g. after a pcgeom upgrade added a shim).
+    The ``.pth`` line carries the names of :data:`SHIMS` as they are now and
+    checks ``PCGEOM_DISABLE_SHIMS`` before importing anything; the hook module
+    is byte-compiled here, so an interpreter that never imports a shimmed name
+    only loads that one small module at start-up (measured in
+    ``docs/guides/robustness.md``).
+
+    Args:
+        site_dir: the folder to write to (default: this environment's site-packages).
+
+    Returns:
+        The path of the ``.pth`` file.  Idempotent; re-running it refreshes
+        the hook (e.g. after a pcgeom upgrade added a shim).
+
+    Raises:
+        OSError: the folder cannot be written.
+
+    Example:
+        >>> import tempfile
+        >>> from pcgeom.compat import shims
+        >>> d = tempfile.mkdtemp()
+        >>> shims.install_hook(d).name, shims.hook_status(d)["current"]
+        ('pcgeom-shims.pth', True)
+        >>> len(shims.uninstall_hook(d))
+        3
     """
     d = _site_dir(site_dir)
     d.mkdir(parents=True, exist_ok=True)
     (d / f"{HOOK_NAME}.py").write_text(_hook_source())
+    try:  # cached bytecode, so start-up never compiles the hook (even under PYTHONDONTWRITEBYTECODE)
+        import py_compile
+
+        py_compile.compile(str(d / f"{HOOK_NAME}.py"), doraise=True)
+    except (OSError, py_compile.PyCompileError):
+        pass  # the hook still works, compiled at start-up
     pth = d / PTH_NAME
     pth.write_text("# pcgeom import shims: `pcgeom compat disable` removes this file\n" + _pth_line())
     return pth
@@ -197,7 +232,9 @@ def uninstall_hook(site_dir=None) -> list[pathlib.Path]:
     """Removes the start-up hook from ``site_dir``; returns the files removed."""
     d = _site_dir(site_dir)
     gone = []
-    for p in (d / PTH_NAME, d / f"{HOOK_NAME}.py"):
+    import importlib.util
+
+    for p in (d / PTH_NAME, d / f"{HOOK_NAME}.py", pathlib.Path(importlib.util.cache_from_source(str(d / f"{HOOK_NAME}.py")))):
         if p.exists():
             p.unlink()
             gone.append(p)
@@ -215,7 +252,7 @@ def hook_status(site_dir=None) -> dict:
     installed = pth.exists() and hook.exists()
     current = installed and pth.read_text().endswith(_pth_line()) and hook.read_text() == _hook_source()
     return {"installed": installed, "current": bool(current), "pth": str(pth), "site_dir": str(d),
-            "disabled_by_env": os.environ.get("PCGEOM_DISABLE_SHIMS", "").strip().lower() in ("1", "true", "yes", "on")}
+            "disabled_by_env": _shim_hook.disabled_by_env()}
 
 
 def _served_module_type() -> type:  # for isinstance checks in tests

@@ -1,11 +1,16 @@
-"""Reading and writing point clouds as PLY files (on top of ``plyfile``).
+"""Reading and writing point clouds as PLY files.
 
 The header is parsed and checked here *before* any data is read, so a damaged
-or hostile file fails with a message naming the file and the problem instead of
-a huge allocation, a hang, or a bare ``plyfile`` traceback: a header claiming a
-billion vertices in a 2 KB file is caught by comparing the bytes (binary) or
-lines (ASCII) the header needs with what the file holds.  The data itself is
-then decoded by ``plyfile``.
+or hostile file fails fast with a :class:`PlyFormatError` naming the file and
+the problem instead of a huge allocation, a hang, or a bare traceback: every
+element's declared count is bounded by the file size (binary: each row costs
+at least its scalars plus its lists' length fields, and at least one byte even
+without properties; ASCII: each row costs a line), so a header claiming a
+billion (or 10^12) rows in a 100-byte file is refused before anything is
+allocated.  The data is then decoded here with numpy -- fixed-size rows in one
+vectorised read, list properties by walking only the rows present in the file
+-- so time and memory stay proportional to the file size.  Writing uses
+``plyfile``.
 """
 
 from __future__ import annotations
@@ -159,44 +164,61 @@ def _parse_header(path, f) -> _Header:
     return _Header(fmt, elements, size)
 
 
-def _check_body_size(path, f, header: _Header) -> None:
-    """Refuses headers that declare more data than the file holds, before anything is allocated."""
+def _min_row_bytes(e: _Element) -> int:
+    """The fewest bytes one binary row of ``e`` can take: its scalars, plus each list's length field.
+
+    An element without properties (or whose lists are all empty) still
+    counts one byte per row: a header cannot declare rows that take no space
+    at all, so every declared count is bounded by the file size.
+    """
+    row = sum(int(p.list_len_type[1]) if p.list_len_type else int(p.type[1]) for p in e.properties)
+    return max(row, 1)
+
+
+def _check_body_size(path, f, header: _Header) -> int:
+    """Refuses headers that declare more data than the file holds, before anything is allocated.
+
+    Binary: every element needs at least ``count * _min_row_bytes`` bytes.
+    ASCII: every row of every element needs a line (also rows of elements
+    without properties).  The cost is bounded by the file size, never by the
+    declared counts.  Returns the file size.
+    """
     f.seek(0, os.SEEK_END)
-    available = f.tell() - header.size
+    file_size = f.tell()
+    available = file_size - header.size
+    desc = ", ".join(f"{e.count} {e.name}" for e in header.elements)
     if header.format == "ascii":
-        # One element per line: the header must not claim more lines than exist.
         needed = sum(e.count for e in header.elements)
-        f.seek(header.size)
-        lines, last = 0, b"\n"
-        while lines < needed:
-            chunk = f.read(1 << 20)
-            if not chunk:
-                break
-            lines += chunk.count(b"\n")
-            last = chunk[-1:]
-        if last != b"\n":
-            lines += 1  # a final line without newline
+        lines = _count_lines(f, header.size, needed)
         if lines < needed:
-            desc = ", ".join(f"{e.count} {e.name}" for e in header.elements)
             raise _fail(path, f"truncated file or wrong element count: the header declares {needed} data lines ({desc}) but only {lines} follow")
-        return
-    needed = 0
-    exact = True
-    for e in header.elements:
-        row = 0
-        for p in e.properties:
-            # A list costs at least its length field (it may be empty).
-            row += int(p.list_len_type[1]) if p.list_len_type else int(p.type[1])
-            exact = exact and p.list_len_type is None
-        needed += e.count * row
+        return file_size
+    needed = sum(e.count * _min_row_bytes(e) for e in header.elements)
+    exact = all(p.list_len_type is None for e in header.elements for p in e.properties) and all(
+        e.properties for e in header.elements)
     if available < needed:
-        desc = ", ".join(f"{e.count} {e.name}" for e in header.elements)
         qual = "" if exact else "at least "
         raise _fail(
             path,
             f"truncated file or wrong element count: the header declares {desc}, which needs {qual}{needed} bytes "
             f"of {header.format} data, but only {available} bytes follow the header",
         )
+    return file_size
+
+
+def _count_lines(f, offset: int, wanted: int) -> int:
+    """Lines from ``offset`` (a last line without newline counts), reading no further than ``wanted`` needs."""
+    f.seek(offset)
+    lines, last = 0, b"\n"
+    while lines < wanted:
+        chunk = f.read(1 << 20)
+        if not chunk:
+            break
+        lines += chunk.count(b"\n")
+        last = chunk[-1:]
+    if last != b"\n":
+        lines += 1
+    return lines
 
 
 def _vertex_element(path, header: _Header) -> _Element:
@@ -229,43 +251,190 @@ def _fixed_row(e: _Element) -> bool:
     return all(p.list_len_type is None for p in e.properties)
 
 
-def _read_vertex(path, f, header: _Header, vertex: _Element) -> np.ndarray:
-    """The vertex rows as a structured array (after ``_check_body_size`` bounded the counts).
+def _read_vertex(path, f, header: _Header, vertex: _Element, file_size: int) -> np.ndarray:
+    """The vertex rows as a structured array of its scalar properties (after ``_check_body_size``).
 
-    The usual layouts (no list properties before or in the vertex element)
-    are decoded in one vectorised call; anything else goes through plyfile,
-    which handles lists but decodes binary rows one at a time.
+    Every layout is decoded here, without plyfile: fixed-size rows in one
+    vectorised read, list properties by walking the rows that are present in
+    the file (each costs at least a byte, so the walk is bounded by the file
+    size, never by a declared count), with a vectorised fast path when every
+    row's lists have the same lengths (triangle meshes).  Elements after the
+    vertex element are not decoded.
     """
-    import plyfile
-
-    order = _FORMATS[header.format] or "="
-    dtype = np.dtype([(p.name, order + p.type) for p in vertex.properties])
+    scalars = [p for p in vertex.properties if p.list_len_type is None]
+    if header.format == "ascii":
+        return _read_ascii(path, f, header, vertex, scalars)
+    order = _FORMATS[header.format]
+    dtype = np.dtype([(p.name, order + p.type) for p in scalars])
+    pos = header.size
     before = header.elements[: header.elements.index(vertex)]
-    if header.format != "ascii" and _fixed_row(vertex) and all(_fixed_row(e) for e in before):
-        f.seek(header.size + sum(e.count * np.dtype([(p.name, p.type) for p in e.properties]).itemsize for e in before))
-        return np.fromfile(f, dtype=dtype, count=vertex.count)
-    if header.format == "ascii" and _fixed_row(vertex) and not before:
-        return _read_ascii_rows(path, f, header, vertex, dtype)
-    f.seek(0)
+    if all(_fixed_row(e) for e in before) and _fixed_row(vertex):
+        pos += sum(e.count * _row_itemsize(e) for e in before)
+        f.seek(pos)
+        data = np.fromfile(f, dtype=dtype, count=vertex.count) if vertex.count and dtype.itemsize else np.zeros(vertex.count, dtype)
+        if len(data) != vertex.count:
+            raise _fail(path, f"truncated file: the vertex element needs {vertex.count * dtype.itemsize} bytes from "
+                              f"offset {pos}, but the file ends at {file_size}")
+        return data
+    f.seek(pos)
+    buf = np.fromfile(f, dtype=np.uint8)  # the body: bounded by the file size
+    at = 0
+    for e in before:
+        at, _ = _walk_binary(path, buf, at, e, order, want=False)
+    _, offsets = _walk_binary(path, buf, at, vertex, order, want=True)
+    out = np.empty(vertex.count, dtype=dtype)
+    for j, p in enumerate(scalars):
+        size = int(p.type[1])
+        pick = offsets[:, j, None] + np.arange(size)
+        out[p.name] = buf[pick].reshape(-1).view(order + p.type) if vertex.count else np.empty(0, order + p.type)
+    return out
+
+
+def _row_itemsize(e: _Element) -> int:
+    return sum(int(p.type[1]) for p in e.properties)
+
+
+def _walk_binary(path, buf: np.ndarray, at: int, e: _Element, order: str, *, want: bool):
+    """Walks the binary rows of ``e`` from byte ``at`` of ``buf``.
+
+    Returns ``(end, offsets)``: where the element ends, and with ``want`` an
+    ``(count, n_scalar)`` int64 array of each scalar property's byte offset
+    per row.  Raises :class:`PlyFormatError` at the first row that runs past
+    the end of the file or has a negative list length.
+    """
+    n_scalar = sum(1 for p in e.properties if p.list_len_type is None)
+    offsets = np.empty((e.count, n_scalar), dtype=np.int64) if want else None
+    end = len(buf)
+
+    def row(k: int, pos: int, record: bool) -> tuple[int, list[int]]:
+        lens, j = [], 0
+        for p in e.properties:
+            if p.list_len_type is None:
+                if record:
+                    offsets[k, j] = pos
+                j += 1
+                pos += int(p.type[1])
+                continue
+            ls = int(p.list_len_type[1])
+            if pos + ls > end:
+                break
+            n = int(buf[pos:pos + ls].view(order + p.list_len_type)[0])
+            if n < 0:
+                raise _fail(path, f"malformed data at element {e.name!r} row {k}: property {p.name!r} has a negative list length {n}")
+            lens.append(n)
+            pos += ls + n * int(p.type[1])
+            if pos > end:
+                break
+        if pos > end:
+            raise _fail(path, f"truncated file: element {e.name!r} row {k} runs past the end of the file "
+                              f"(the header declares {e.count} rows)")
+        return pos, lens
+
+    if e.count == 0:
+        return at, offsets
+    # Fast path: every row's lists as long as row 0's gives a fixed stride; check it vectorised.
+    nxt, lens0 = row(0, at, False)
+    stride = nxt - at
+    m = min(e.count, (end - at) // stride)  # rows of that stride the file can hold (>= 1)
+    k0 = 0
+    if m > 1:
+        ok = np.ones(m, dtype=bool)
+        rel, li = 0, 0
+        rel_scalar = []
+        for p in e.properties:
+            if p.list_len_type is None:
+                rel_scalar.append(rel)
+                rel += int(p.type[1])
+                continue
+            ls = int(p.list_len_type[1])
+            field = np.ndarray((m,), dtype=order + p.list_len_type, buffer=buf, offset=at + rel, strides=(stride,))
+            ok &= field == lens0[li]
+            rel += ls + lens0[li] * int(p.type[1])
+            li += 1
+        bad = np.flatnonzero(~ok)
+        k0 = int(bad[0]) if len(bad) else m
+        if want and k0:
+            offsets[:k0] = at + np.arange(k0, dtype=np.int64)[:, None] * stride + np.asarray(rel_scalar, dtype=np.int64)
+    pos = at + k0 * stride
+    # The other rows (other list lengths, or past what the stride fits): each consumes >= 1 byte of
+    # the file and the walk stops at its end, so this loop is bounded by the file size.
+    for k in range(k0, e.count):
+        pos, _ = row(k, pos, want)
+    return pos, offsets
+
+
+def _read_ascii(path, f, header: _Header, vertex: _Element, scalars) -> np.ndarray:
+    """The vertex rows of an ASCII file: the lines of earlier elements skipped, list values skipped per line."""
+    order = "="
+    dtype = np.dtype([(p.name, order + p.type) for p in scalars])
+    skip = sum(e.count for e in header.elements[: header.elements.index(vertex)])
+    offset = _line_offset(f, header.size, skip)
+    if _fixed_row(vertex):
+        return _read_ascii_rows(path, f, offset, vertex, dtype)
+    out = np.empty(vertex.count, dtype=dtype)
+    f.seek(offset)
+    text = io.TextIOWrapper(f, encoding="ascii", errors="strict", newline=None)
     try:
-        # mmap=False: a private copy, so the tensors never alias the file.
-        return plyfile.PlyData.read(f, mmap=False)["vertex"].data
-    except plyfile.PlyElementParseError as exc:
-        where = f"element {exc.element.name!r}" if exc.element is not None else "data"
-        if exc.row is not None:
-            where += f" row {exc.row}"
-        if exc.prop is not None:
-            where += f" property {exc.prop.name!r}"
-        raise _fail(path, f"malformed data at {where}: {exc.message}") from None
-    except (plyfile.PlyParseError, ValueError, EOFError) as exc:
-        raise _fail(path, f"malformed data: {exc}") from None
+        for k in range(vertex.count):  # lines present: _check_body_size counted them
+            words = text.readline().split()
+            vals, i = [], 0
+            for p in vertex.properties:
+                if p.list_len_type is None:
+                    vals.append((p, words[i] if i < len(words) else None))
+                    i += 1
+                    continue
+                if i >= len(words) or not re.fullmatch(r"\d+", words[i]):
+                    raise _fail(path, f"malformed data at vertex row {k}: property {p.name!r} needs a list length, "
+                                      f"got {words[i] if i < len(words) else 'end of line'!r}")
+                i += 1 + int(words[i])
+            if i != len(words) or any(w is None for _, w in vals):
+                raise _fail(path, f"malformed data at vertex row {k}: expected the values of "
+                                  f"{' '.join(p.name for p in vertex.properties)}, got {len(words)} values")
+            for p, w in vals:
+                out[p.name][k] = _ascii_value(path, k, p, w)
+    except UnicodeDecodeError as exc:
+        raise _fail(path, f"malformed data in the vertex rows: {exc}") from None
+    finally:
+        text.detach()
+    return out
 
 
-def _read_ascii_rows(path, f, header: _Header, vertex: _Element, dtype: np.dtype) -> np.ndarray:
+def _ascii_value(path, k: int, p: _Property, word: str):
+    try:
+        v = float(word)
+    except ValueError:
+        raise _fail(path, f"malformed data at vertex row {k}: property {p.name!r} got {word!r}") from None
+    if p.type[0] in "iu":
+        info = np.iinfo(np.dtype(p.type))
+        if not (v == round(v) and info.min <= v <= info.max):
+            raise _fail(path, f"malformed data at vertex row {k}: property {p.name!r} is {_PLY_NAME_OF[p.type]}, got {v:g}")
+    return v
+
+
+def _line_offset(f, offset: int, lines: int) -> int:
+    """The byte offset ``lines`` lines after ``offset`` (the caller checked they exist)."""
+    f.seek(offset)
+    while lines > 0:
+        chunk = f.read(1 << 20)
+        if not chunk:
+            break
+        n = chunk.count(b"\n")
+        if n < lines:
+            lines -= n
+            offset += len(chunk)
+            continue
+        at = -1
+        for _ in range(lines):
+            at = chunk.index(b"\n", at + 1)
+        return offset + at + 1
+    return offset
+
+
+def _read_ascii_rows(path, f, offset: int, vertex: _Element, dtype: np.dtype) -> np.ndarray:
     out = np.empty(vertex.count, dtype=dtype)
     if vertex.count == 0:
         return out
-    f.seek(header.size)
+    f.seek(offset)
     text = io.TextIOWrapper(f, encoding="ascii", errors="strict", newline=None)
     try:
         # float64 parses every PLY scalar exactly: 32-bit integers, and the
@@ -299,7 +468,9 @@ def read_ply(path: str | os.PathLike, *, dtype: torch.dtype = torch.float32) -> 
     ``vertex`` element is returned, so a mesh reads as its vertices (faces and
     other elements are checked but ignored).  The header is validated before
     any data is allocated: a file that is not PLY, is truncated, declares more
-    elements than it holds, lacks ``x``/``y``/``z``, or declares a coordinate,
+    rows than it can hold (every element counts, also one without properties:
+    a binary row costs at least one byte, an ASCII row a line, so time and
+    memory stay proportional to the file size), lacks ``x``/``y``/``z``, or declares a coordinate,
     normal or colour as a list raises :class:`PlyFormatError` (a
     ``ValueError``) naming the file and the problem.  List-valued vertex
     properties other than those are skipped.
@@ -337,8 +508,8 @@ def read_ply(path: str | os.PathLike, *, dtype: torch.dtype = torch.float32) -> 
     with open(path, "rb") as f:
         header = _parse_header(path, f)
         vertex = _vertex_element(path, header)
-        _check_body_size(path, f, header)
-        data = _read_vertex(path, f, header, vertex)
+        file_size = _check_body_size(path, f, header)
+        data = _read_vertex(path, f, header, vertex, file_size)
     # Decode at the target precision (float64 only when asked) to avoid a wide temporary copy.
     np_float = np.float64 if dtype == torch.float64 else np.float32
     points = torch.from_numpy(_stack(data, _XYZ, np_float)).to(dtype)

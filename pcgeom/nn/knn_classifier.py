@@ -32,6 +32,26 @@ _SHARDED_VERSION = 1
 _SHARD_FILE = re.compile(r"shard-\d{5}-of-\d{5}\.pt")
 
 
+def _load_shard(fn: str, f: Path) -> dict:
+    """``torch.load`` of one shard with ``weights_only=True``: tensors only, no pickled code is ever run.
+
+    A truncated, damaged or foreign file (a pickle that would run code is
+    refused by the weights-only unpickler) raises ``ValueError`` naming it.
+    """
+    try:
+        data = torch.load(f, map_location="cpu", weights_only=True, mmap=True)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{fn}: shard {f} is missing (incomplete copy of the folder?)") from None
+    except Exception as exc:  # UnpicklingError (code refused), RuntimeError (truncated zip), ...
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{fn}: cannot load shard {f}: not a complete tensors-only file written by "
+                         f"save_sharded (truncated, damaged, or holding objects other than tensors; nothing "
+                         f"in it was run): {type(exc).__name__}: {first}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{fn}: shard {f} holds a {type(data).__name__}, not the dict save_sharded writes")
+    return data
+
+
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
@@ -83,6 +103,32 @@ def _check_label_range(fn: str, name: str, labels: torch.Tensor, num_classes: in
             f"{fn}: {name} must be class indices in [0, num_classes={num_classes}), "
             f"got {name}[{bad}]={int(labels[bad])}"
         )
+
+
+def _check_loaded_gallery(fn: str, features, labels, extra, num_classes: int) -> None:
+    """What the constructor checks, for a gallery that is being loaded (state_dict or shards).
+
+    Raises the constructor's errors (named ``fn``) before anything is copied:
+    ``TypeError`` for non-floating features or non-integer labels (float labels
+    would otherwise be truncated silently), ``ValueError`` for a wrong shape or
+    labels outside ``[0, num_classes)`` (else a bare scatter error in
+    :meth:`KNNClassifier.predict`).  ``num_classes`` is the saved one when the
+    extra state holds a valid value.
+    """
+    if isinstance(extra, dict):
+        nc = extra.get("num_classes")
+        if isinstance(nc, numbers.Integral) and not isinstance(nc, bool) and nc >= 1:
+            num_classes = int(nc)
+    if features is not None:
+        if not isinstance(features, torch.Tensor):
+            raise TypeError(f"{fn}: features must be a torch.Tensor of shape (N, D), got {type(features).__name__}")
+        _check_features(fn, "features", features)
+    if labels is not None:
+        if not isinstance(labels, torch.Tensor):
+            raise TypeError(f"{fn}: labels must be an integer tensor of class indices, got {type(labels).__name__}")
+        n = features.shape[0] if isinstance(features, torch.Tensor) else labels.shape[0] if labels.dim() else -1
+        lab = _as_labels(fn, "labels", labels, n, labels.device)
+        _check_label_range(fn, "labels", lab, num_classes)
 
 
 class KNNClassifier(nn.Module):
@@ -798,6 +844,8 @@ class KNNClassifier(nn.Module):
         # the default loader reports the mismatch.
         fkey, lkey = prefix + "features", prefix + "labels"
         f_in, l_in = state_dict.get(fkey), state_dict.get(lkey)
+        _check_loaded_gallery("KNNClassifier.load_state_dict", f_in, l_in,
+                              state_dict.get(prefix + "_extra_state"), self._num_classes)
         if isinstance(f_in, torch.Tensor) and isinstance(l_in, torch.Tensor):
             cur = self.features
             if f_in.dim() == 2 and f_in.shape[1] == cur.shape[1] and l_in.dim() == 1 and l_in.shape[0] == f_in.shape[0]:
@@ -923,6 +971,17 @@ class KNNClassifier(nn.Module):
             process_group: the group to shard across, or ``None``.
             device: where this rank's shard goes (default ``"cpu"``).
 
+        Returns:
+            A :class:`KNNClassifier` holding this rank's rows (all rows without a group).
+
+        Raises:
+            FileNotFoundError: no ``manifest.json`` (not a save, or an incomplete one) or a listed shard is missing.
+            ValueError: a manifest that is not valid JSON or lacks a key, a shard that is truncated,
+                damaged or holds anything but tensors (shards are read with ``torch.load(weights_only=True)``:
+                a pickle that would run code is refused, never run), shard contents that disagree with the
+                manifest, or labels outside ``[0, num_classes)`` -- the constructor's checks, same messages.
+            TypeError: non-integer labels or non-floating features in a shard (as the constructor).
+
         Example (every rank of a 2-rank group)::
 
             clf = KNNClassifier.load_sharded("gallery/", process_group=dist.group.WORLD)
@@ -936,13 +995,19 @@ class KNNClassifier(nn.Module):
             if not mpath.is_file():
                 raise FileNotFoundError(f"{fn}: {mpath} not found: not a folder written by save_sharded, or an "
                                         "incomplete save (the manifest is written last)")
-            m = json.loads(mpath.read_text())
+            try:
+                m = json.loads(mpath.read_text())
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise ValueError(f"{fn}: {mpath} is not valid JSON (truncated or damaged save?): {exc}") from None
             if not isinstance(m, dict) or m.get("format") != _SHARDED_FORMAT:
                 raise ValueError(f"{fn}: {mpath} is not a KNNClassifier manifest (format {m.get('format')!r})"
                                  if isinstance(m, dict) else f"{fn}: {mpath} is not a KNNClassifier manifest")
             if m.get("version") != _SHARDED_VERSION:
                 raise ValueError(f"{fn}: {mpath} has format version {m.get('version')!r}; this pcgeom reads "
                                  f"version {_SHARDED_VERSION}")
+            for key in ("dtype", "dim", "rows", "shards", "k", "num_classes", "weights", "temperature", "metric"):
+                if key not in m:
+                    raise ValueError(f"{fn}: {mpath} lacks the key {key!r} (truncated or damaged save?)")
             dtype = getattr(torch, str(m["dtype"]), None)
             if not isinstance(dtype, torch.dtype):
                 raise ValueError(f"{fn}: {mpath}: unknown dtype {m['dtype']!r}")
@@ -954,12 +1019,14 @@ class KNNClassifier(nn.Module):
                 a, b = max(lo, start), min(hi, start + n)
                 if a < b:
                     f = path / s["file"]
-                    data = torch.load(f, map_location="cpu", weights_only=True, mmap=True)
+                    data = _load_shard(fn, f)
                     ft, lt = data.get("features"), data.get("labels")
                     if (not isinstance(ft, torch.Tensor) or ft.shape != (n, D) or ft.dtype != dtype
                             or not isinstance(lt, torch.Tensor) or lt.shape != (n,)):
                         raise ValueError(f"{fn}: {f} does not hold the {n} x {D} {m['dtype']} rows and {n} labels "
                                          f"that {mpath} lists")
+                    nc = V.check_int(fn, "num_classes (manifest)", m["num_classes"], minimum=1)
+                    _check_loaded_gallery(fn, ft, lt, None, nc)
                     feats.append(ft[a - start:b - start].to(device, copy=True))
                     labs.append(lt[a - start:b - start].to(device=device, dtype=torch.int64, copy=True))
                 start += n

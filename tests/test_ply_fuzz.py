@@ -1,0 +1,255 @@
+"""Fuzzing ``pcgeom.io.read_ply`` with malformed headers and bodies built from the bundled scans.
+
+Every case must end, within a per-case time limit and a bounded peak of
+Python/numpy memory, in a clean :class:`PlyFormatError` or a correct read
+(the vertices plyfile decodes from the same bytes, where plyfile can).  The
+mutations are drawn from fixed seeds, so a failure names a reproducible case.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import plyfile
+import pytest
+
+from pcgeom.io import PlyFormatError, read_ply
+
+SCANS = sorted((Path(__file__).resolve().parents[1] / "pcgeom" / "data" / "scans").glob("*.ply"))
+CASE_SECONDS = 2.0  # per case; a correct read of these ~2 KB files takes about a millisecond
+MEMORY_LIMIT = 1 << 30  # address space the reading child may add to what it holds after importing torch
+TYPES = ["char", "uchar", "short", "ushort", "int", "uint", "float", "double", "int8", "uint8", "int16",
+         "uint16", "int32", "uint32", "float32", "float64", "string", "float128", "list", ""]
+FORMATS = ["ascii", "binary_little_endian", "binary_big_endian", "binary_middle_endian", "ascii 2.0", ""]
+COUNTS = ["0", "1", "2", "63", "65", "1000", "4294967296", "1000000000000", str(2**63), str(2**64 + 1),
+          "99999999999999999999999999", "-1", "1e3", "0x10", "", "abc"]
+
+
+class _Timeout(BaseException):
+    """Raised by the per-case alarm; a BaseException so that no ``except Exception`` swallows it."""
+
+
+def _base_files(scan: Path, n: int = 64) -> list[bytes]:
+    """Small well-formed files in several layouts, from the first ``n`` vertices of a bundled scan."""
+    ply = plyfile.PlyData.read(str(scan))
+    vert = ply["vertex"].data[:n].copy()
+    rng = np.random.default_rng(len(vert))
+    faces = np.empty(5, dtype=[("vertex_indices", object)])
+    faces["vertex_indices"] = [rng.integers(0, n, size=s).astype("i4") for s in (3, 3, 4, 3, 0)]
+    tris = np.empty(4, dtype=[("vertex_indices", object)])
+    tris["vertex_indices"] = [rng.integers(0, n, size=3).astype("i4") for _ in range(4)]
+    v = plyfile.PlyElement.describe(vert, "vertex")
+    out = []
+    for elements, text, order in [
+        ([v], False, "<"),
+        ([v], True, "="),
+        ([v], False, ">"),
+        ([v, plyfile.PlyElement.describe(faces, "face")], False, "<"),
+        ([plyfile.PlyElement.describe(faces, "face"), v], False, "<"),
+        ([plyfile.PlyElement.describe(tris, "face"), v], False, ">"),
+        ([plyfile.PlyElement.describe(faces, "face"), v], True, "="),
+    ]:
+        buf = io.BytesIO()
+        plyfile.PlyData(elements, text=text, byte_order=order).write(buf)
+        out.append(buf.getvalue())
+    return out
+
+
+def _split(data: bytes) -> tuple[list[bytes], bytes]:
+    end = data.index(b"end_header\n") + len(b"end_header\n")
+    return data[:end].split(b"\n")[:-1], data[end:]
+
+
+def _join(lines: list[bytes], body: bytes) -> bytes:
+    return b"\n".join(lines) + b"\n" + body
+
+
+def _mutate(data: bytes, r: random.Random) -> tuple[str, bytes]:
+    lines, body = _split(data)
+    kind = r.choice(["count", "count", "type", "format", "truncate", "truncate", "empty_element", "list",
+                     "drop_line", "dup_line", "swap_lines", "body_bytes", "header_bytes", "several"])
+    element_lines = [i for i, ln in enumerate(lines) if ln.startswith(b"element ")]
+    prop_lines = [i for i, ln in enumerate(lines) if ln.startswith(b"property ")]
+    if kind == "count":
+        i = r.choice(element_lines)
+        w = lines[i].split(b" ")
+        lines[i] = b" ".join(w[:2] + [r.choice(COUNTS).encode()])
+    elif kind == "type":
+        i = r.choice(prop_lines)
+        w = lines[i].split(b" ")
+        j = r.randrange(1, len(w) - 1)
+        w[j] = r.choice(TYPES).encode()
+        lines[i] = b" ".join(w)
+    elif kind == "format":
+        fmt = r.choice(FORMATS)
+        lines[1] = f"format {fmt} 1.0".encode() if " " not in fmt else f"format {fmt}".encode()
+    elif kind == "truncate":
+        whole = _join(lines, body)
+        return kind, whole[: r.randrange(0, len(whole))]
+    elif kind == "empty_element":
+        # An element with no properties (or only lists): plyfile would loop once per declared row.
+        extra = [f"element blank{r.randrange(100)} {r.choice(COUNTS[5:9])}".encode()]
+        if r.random() < 0.5:
+            extra.append(f"property list {r.choice(['uchar', 'int', 'char'])} int idx".encode())
+        at = r.choice(element_lines + [len(lines) - 1])
+        lines[at:at] = extra
+    elif kind == "list":
+        i = r.choice(prop_lines)
+        w = lines[i].split(b" ")
+        lines[i] = b"property list " + r.choice([b"uchar", b"int", b"char", b"float", b"uint"]) + b" " + b" ".join(w[-2:])
+    elif kind == "drop_line":
+        del lines[r.randrange(len(lines))]
+    elif kind == "dup_line":
+        i = r.randrange(len(lines))
+        lines.insert(i, lines[i])
+    elif kind == "swap_lines":
+        i, j = r.randrange(len(lines)), r.randrange(len(lines))
+        lines[i], lines[j] = lines[j], lines[i]
+    elif kind == "body_bytes":
+        b = bytearray(body)
+        for _ in range(r.randrange(1, 8)):
+            if b:
+                b[r.randrange(len(b))] = r.randrange(256)
+        body = bytes(b)
+    elif kind == "header_bytes":
+        whole = bytearray(_join(lines, body))
+        hl = len(b"\n".join(lines))
+        for _ in range(r.randrange(1, 4)):
+            whole[r.randrange(hl)] = r.choice(b"\x00\xff\n\r 0123456789abcxyz")
+        return kind, bytes(whole)
+    elif kind == "several":
+        name, out = _mutate(data, r)
+        for _ in range(r.randrange(1, 3)):
+            name2, out = _mutate(out, r) if b"end_header\n" in out else ("truncate", out)
+            name += "+" + name2
+        return name, out
+    return kind, _join(lines, body)
+
+
+def _cases():
+    for s, scan in enumerate(SCANS):
+        for b, base in enumerate(_base_files(scan)):
+            yield f"{scan.stem}/layout{b}/original", base
+            r = random.Random(1000 * s + b)
+            for m in range(14):
+                kind, data = _mutate(base, r)
+                yield f"{scan.stem}/layout{b}/seed{1000 * s + b}/{m}/{kind}", data
+    # The hostile files of the report, in every format.
+    for fmt in ("binary_little_endian", "binary_big_endian", "ascii"):
+        for extra in (b"", b"property list uchar int idx\n", b"property list int int idx\n"):
+            for first in (True, False):
+                blank = b"element blank 1000000000000\n" + extra
+                vertex = b"element vertex 1\nproperty float x\nproperty float y\nproperty float z\n"
+                vertex += b"property list uchar int ring\n" if extra else b""  # plyfile's per-row path
+                head = f"ply\nformat {fmt} 1.0\n".encode() + (blank + vertex if first else vertex + blank) + b"end_header\n"
+                body = b"0 0 0\n" if fmt == "ascii" else bytes(12)
+                yield f"hostile/{fmt}/{extra!r}/blank_first={first}", head + body + bytes(max(0, 100 - len(head) - len(body)))
+
+
+def _oracle(path: Path):
+    """xyz as plyfile decodes them (float64), or None when plyfile refuses the file."""
+    try:
+        v = plyfile.PlyData.read(str(path), mmap=False)["vertex"]
+        return np.stack([np.asarray(v[c], dtype=np.float64) for c in "xyz"], 1)
+    except Exception:
+        return None
+
+
+def _run_cases(folder: str) -> dict:
+    """Reads every case under a per-case alarm; returns the outcome counts and the failures (child side)."""
+    import torch
+
+    def alarm(signum, frame):
+        raise _Timeout()
+
+    signal.signal(signal.SIGALRM, alarm)
+    outcomes = {"error": 0, "read": 0, "checked": 0}
+    failures = []
+    slowest = 0.0
+    for i, (name, data) in enumerate(_cases()):
+        path = Path(folder) / f"case{i}.ply"
+        path.write_bytes(data)
+        print(name, file=sys.stderr, flush=True)  # the parent names the case if this process hangs
+        signal.setitimer(signal.ITIMER_REAL, CASE_SECONDS, 0.25)  # re-fires until disarmed
+        t0 = time.perf_counter()
+        try:
+            result = read_ply(path, dtype=torch.float64)
+        except PlyFormatError as exc:
+            result = exc
+        except _Timeout:
+            result = None
+            failures.append(f"{name}: still running after {CASE_SECONDS} s")
+        except BaseException as exc:  # anything else (MemoryError under the limit, IndexError, ...) is a defect
+            result = None
+            failures.append(f"{name}: {type(exc).__name__}: {exc}")
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        took = time.perf_counter() - t0
+        slowest = max(slowest, took)
+        if took > CASE_SECONDS:
+            failures.append(f"{name}: took {took:.2f} s")
+        if isinstance(result, PlyFormatError):
+            outcomes["error"] += 1
+            if not str(result).startswith(f"read_ply: {path}: "):
+                failures.append(f"{name}: message does not name the file: {result}")
+        elif result is not None:
+            outcomes["read"] += 1
+            ref = _oracle(path)
+            if ref is not None:
+                outcomes["checked"] += 1
+                got = result.points.numpy()
+                if got.shape != ref.shape or not np.array_equal(got, ref, equal_nan=True):
+                    failures.append(f"{name}: read {got.shape} points that differ from plyfile's {ref.shape}")
+        path.unlink()
+    return {"outcomes": outcomes, "failures": failures, "slowest": slowest, "cases": i + 1}
+
+
+def test_fuzz_malformed_headers_and_bodies(tmp_path):
+    # One child process for all cases, its address space capped: a huge allocation is a
+    # MemoryError there (a reported failure), never a swapping machine.
+    assert len(SCANS) == 4, SCANS
+    code = (
+        "import json, resource, sys; sys.path.insert(0, sys.argv[1]); import test_ply_fuzz as T; "
+        "import torch, pcgeom.io; "
+        "soft = int(open('/proc/self/statm').read().split()[0]) * resource.getpagesize() + int(sys.argv[3]); "
+        "resource.setrlimit(resource.RLIMIT_AS, (soft, resource.RLIM_INFINITY)); "
+        "print(json.dumps(T._run_cases(sys.argv[2])))"
+    )
+    t0 = time.perf_counter()
+    try:
+        run = subprocess.run([sys.executable, "-W", "ignore", "-c", code, str(Path(__file__).parent), str(tmp_path),
+                              str(MEMORY_LIMIT)], capture_output=True, text=True, timeout=240)
+    except subprocess.TimeoutExpired as exc:
+        last = (exc.stderr or b"").decode(errors="replace").strip().splitlines()[-1:]
+        pytest.fail(f"the fuzz run hung (uninterruptible by the per-case alarm) in case {last}")
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    failures, outcomes = report["failures"], report["outcomes"]
+    assert not failures, "\n".join(failures[:20]) + f"\n({len(failures)} failures; outcomes {outcomes})"
+    # The fuzz exercises both outcomes, and the correct reads were checked against plyfile.
+    assert outcomes["error"] > 150 and outcomes["read"] > 40 and outcomes["checked"] > 40, outcomes
+    assert report["slowest"] < CASE_SECONDS and time.perf_counter() - t0 < 120
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fuzz_random_bytes_after_a_valid_header(tmp_path, seed):
+    # Bodies of random bytes and lengths behind each layout's header: never anything but a clean outcome.
+    r = random.Random(seed)
+    for b, base in enumerate(_base_files(SCANS[seed])):
+        lines, body = _split(base)
+        for _ in range(10):
+            data = _join(lines, r.randbytes(r.randrange(0, 2 * len(body) + 2)))
+            path = tmp_path / f"r{b}.ply"
+            path.write_bytes(data)
+            try:
+                read_ply(path)
+            except PlyFormatError as exc:
+                assert str(path) in str(exc)
