@@ -221,6 +221,28 @@ FARTHEST_POINT_SAMPLE = [
 ]
 
 
+# --------------------------------------------------------------------------- pca_normals
+
+def _pca(d, *, p=None, idx=None):
+    p = f32(2, 9, 3, d=d) if p is None else p
+    idx = idx_tensor(2, 6, 4, 9, d) if idx is None else idx
+    return (p, idx)
+
+
+PCA_NORMALS = [
+    Case("valid", lambda d: _pca(d), ""),
+    Case("points rank 2", lambda d: _pca(d, p=f32(9, 3, d=d)), "points must have 3 dimensions"),
+    Case("idx rank 2", lambda d: _pca(d, idx=idx_tensor(2, 6, 4, 9, d)[0]), "idx must have 3 dimensions"),
+    Case("points D=4", lambda d: _pca(d, p=f32(2, 9, 4, d=d)), r"points must have shape \(B, N, 3\) with size 3 in dimension 2"),
+    Case("integer points", lambda d: _pca(d, p=i64([[[1, 2, 3]] * 9] * 2, d)), "points must be float16, bfloat16, float32 or float64, got int64"),
+    Case("idx int32", lambda d: _pca(d, idx=idx_tensor(2, 6, 4, 9, d).int()), "idx must be int64, got int32"),
+    Case("idx other batch", lambda d: _pca(d, idx=idx_tensor(3, 6, 4, 9, d)), r"idx must have shape \(B, M, k\) with size 2 in dimension 0"),
+    Case("idx = N", lambda d: _pca(d, idx=_with(idx_tensor(2, 6, 4, 9, d), 11, 9)), r"idx values must be in \[-1, 9\), got 9", values=True),
+    Case("idx < -1", lambda d: _pca(d, idx=_with(idx_tensor(2, 6, 4, 9, d), 2, -5)), r"idx values must be in \[-1, 9\), got -5", values=True),
+    Case("idx on the CPU", lambda d: _pca(d, idx=idx_tensor(2, 6, 4, 9, "cpu")), "idx must be on the same", devices=("cuda",)),
+]
+
+
 # The per-op table.  Every op registered in the pcgeom namespace needs an entry
 # with at least one valid call and three bad ones.
 CASES = {
@@ -230,6 +252,7 @@ CASES = {
     "knn_gather": KNN_GATHER,
     "knn_gather_backward": KNN_GATHER_BACKWARD,
     "farthest_point_sample": FARTHEST_POINT_SAMPLE,
+    "pca_normals": PCA_NORMALS,
 }
 
 

@@ -202,19 +202,12 @@ PCGEOM_HD void pca_normal_row(const T* pb, const int64_t* idx, int64_t K, int64_
 // The checks both devices open with (shapes, dtypes); device and index
 // ranges are checked by each kernel where it can read them.
 inline void check_pca_args(const torch::stable::Tensor& points, const torch::stable::Tensor& idx, const char* op) {
-  using torch::headeronly::ScalarType;
-  check_rank(points, 3, op, "points");
-  check_rank(idx, 3, op, "idx");
-  STD_TORCH_CHECK(points.size(2) == 3, op, ": points must have shape (B, N, 3), got D=",
-                  points.size(2));
-  const auto dtype = points.scalar_type();
-  STD_TORCH_CHECK(dtype == ScalarType::Float || dtype == ScalarType::Double ||
-                      dtype == ScalarType::Half || dtype == ScalarType::BFloat16,
-                  op, ": points must be float16, bfloat16, float32 or float64");
-  STD_TORCH_CHECK(idx.scalar_type() == ScalarType::Long, op, ": idx must be int64");
-  STD_TORCH_CHECK(idx.size(0) == points.size(0), op,
-                  ": idx must have shape (B, M, k) with the B of points (", points.size(0),
-                  "), got B=", idx.size(0));
+  check_rank(points, 3, op, "points", "(B, N, 3)");
+  check_rank(idx, 3, op, "idx", "(B, M, k)");
+  check_size(points, 2, 3, op, "points", "(B, N, 3)", "3-D coordinates");
+  check_float_tensor(points, op, "points");
+  check_int64(idx, op, "idx");
+  check_size(idx, 0, points.size(0), op, "idx", "(B, M, k)", "the B of points");
 }
 
 }  // namespace pcgeom

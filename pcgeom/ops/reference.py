@@ -443,24 +443,16 @@ def pca_normals_reference(points, idx):
     sign rule (largest-magnitude component positive, lowest axis on ties).
     """
     op = "pca_normals"
-    if points.dim() != 3:
-        raise RuntimeError(f"{op}: points must have 3 dimensions, got {points.dim()}")
-    if idx.dim() != 3:
-        raise RuntimeError(f"{op}: idx must have 3 dimensions, got {idx.dim()}")
-    B, N, D = points.shape
-    if D != 3:
-        raise RuntimeError(f"{op}: points must have shape (B, N, 3), got D={D}")
-    if points.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
-        raise RuntimeError(f"{op}: points must be float16, bfloat16, float32 or float64")
-    if idx.dtype != torch.int64:
-        raise RuntimeError(f"{op}: idx must be int64")
-    if idx.shape[0] != B:
-        raise RuntimeError(f"{op}: idx must have shape (B, M, k) with the B of points ({B}), got B={idx.shape[0]}")
-    if idx.device != points.device:
-        raise RuntimeError(f"{op}: idx must be on the device of points ({points.device}), got {idx.device}")
+    _check_rank(op, "points", points, 3, "(B, N, 3)")
+    _check_rank(op, "idx", idx, 3, "(B, M, k)")
+    B, N, _ = points.shape
+    _check_size(op, "points", points, 2, 3, "(B, N, 3)", "3-D coordinates")
+    _check_float(op, "points", points)
+    _check_int64(op, "idx", idx)
+    _check_size(op, "idx", idx, 0, B, "(B, M, k)", "the B of points")
+    _check_device(op, points, idx=idx)
     M, K = idx.shape[1], idx.shape[2]
-    if idx.numel() and (int(idx.min()) < -1 or int(idx.max()) >= N):
-        raise RuntimeError(f"pca_normals: idx values must be in [-1, {N})")
+    _check_index_range(op, "idx", idx, N)
     acc = acc_dtype(points.dtype)
     if B * M == 0:
         return points.new_empty((B, M, 3)), points.new_empty((B, M))
