@@ -400,6 +400,11 @@ def group_hierarchical(points, n_centers: Sequence[int], k: Sequence[int], *, fp
         ``pcgeom.knn_gather(f, levels[i].idx)``; Point-M2AE's flat indices are
         ``levels[i].idx + torch.arange(B)[:, None, None] * G_{i-1}``, flattened.
 
+    Raises:
+        ValueError: ``n_centers`` and ``k`` of different lengths, or a level whose ``n_centers`` or ``k`` exceeds
+            the points of the level below (the message names the level), or the errors of :func:`group_patches`.
+        TypeError: ``n_centers`` or ``k`` not sequences of ints, or the errors of :func:`group_patches`.
+
     Example:
         >>> import torch, pcgeom
         >>> levels = pcgeom.group_hierarchical(torch.rand(2, 2048, 3), [512, 256, 64], [16, 8, 8])

@@ -106,6 +106,10 @@ def load(
         ``(points, normals)`` when ``return_normals=True``.  Fresh tensors
         each call (safe to modify).
 
+    Raises:
+        ValueError: an unknown scan name, or ``n_points`` below 1 or above the scan's number of points.
+        TypeError: ``name`` not a str, ``n_points`` not an int, ``return_normals`` not a bool.
+
     Example:
         >>> import pcgeom.data
         >>> pts = pcgeom.data.load("bunny")
