@@ -399,6 +399,10 @@ def accuracy_curve(distances, max_distance: float = 0.1):
     ``k / N`` at ``d_k`` (``N`` counts every pose, failures included), framed
     by ``(0, 0)`` and ``(max_distance, K / N)``.
 
+    Args:
+        distances: ``(N,)`` pose errors (e.g. ADD-S per pose), in the unit of ``max_distance``.
+        max_distance: the largest threshold, 0.1 (m) in the toolbox.
+
     Returns:
         ``(thresholds (K + 2,), accuracies (K + 2,))`` float64 tensors.
 

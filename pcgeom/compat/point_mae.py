@@ -145,6 +145,12 @@ class ChamferDistanceL2(nn.Module):
     drops points whose coordinates sum to 0, for a batch of one, like the
     original.
 
+    Args:
+        ignore_zeros: drop the all-zero padding points first (batch of one only, as the original).
+
+    Raises:
+        ValueError: (from ``forward``) the errors of :func:`pcgeom.chamfer_distance`.
+
     Example:
         >>> import torch
         >>> from pcgeom.compat.point_mae import ChamferDistanceL2
@@ -168,6 +174,12 @@ class ChamferDistanceL1(nn.Module):
     Same as :func:`pcgeom.chamfer_distance` with ``kind="l1"``.  Unlike the
     original, a point that coincides with its nearest neighbour gets a zero
     gradient rather than NaN.
+
+    Args:
+        ignore_zeros: drop the all-zero padding points first (batch of one only, as the original).
+
+    Raises:
+        ValueError: (from ``forward``) the errors of :func:`pcgeom.chamfer_distance`.
 
     Example:
         >>> import torch

@@ -55,6 +55,17 @@ def _check_name(fn: str, name) -> str:
 def path(name: str) -> Path:
     """The bundled PLY file of a scan (readable with :func:`pcgeom.io.read_ply` or any PLY viewer).
 
+    Args:
+        name: one of :func:`names`.
+
+    Returns:
+        The file's ``pathlib.Path`` inside the installed package.
+
+    Raises:
+        ValueError: an unknown scan name.
+        TypeError: ``name`` not a str.
+        FileNotFoundError: the installation lacks the file (reinstall, or run ``scripts/make_data.py``).
+
     Example:
         >>> import pcgeom.data
         >>> pcgeom.data.path("bunny").name

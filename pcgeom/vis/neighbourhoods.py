@@ -72,6 +72,15 @@ def patch_colors(n: int) -> np.ndarray:
     different colours and any ``n`` works; saturation and brightness alternate
     to separate hues that come back close to each other.  Deterministic.
 
+    Args:
+        n: int >= 0, the number of colours.
+
+    Returns:
+        ``(n, 3)`` float64 numpy array of RGB values in ``[0, 1]``.
+
+    Raises:
+        ValueError: ``n`` not an int >= 0.
+
     Example:
         >>> from pcgeom.vis import patch_colors
         >>> patch_colors(3).shape
