@@ -290,11 +290,11 @@ def group_patches(points, n_centers, k, *, return_index=False, fps="exact", orde
         ``(neighborhoods, centers, center_idx, idx)``:
 
         * ``neighborhoods (B, G, k, D)``: neighbour coordinates minus their
-          centre, in the dtype of ``points``; ``neighborhoods[:, :, 0]`` is 0.
+            centre, in the dtype of ``points``; ``neighborhoods[:, :, 0]`` is 0.
         * ``centers (B, G, D)``: the centre coordinates (exact copies of points).
         * ``center_idx (B, G)`` int64: index of each centre in ``points[b]``.
         * ``idx (B, G, k)`` int64: indices of the neighbours in ``points[b]``;
-          ``idx[..., 0] == center_idx``.
+            ``idx[..., 0] == center_idx``.
 
         Both float outputs are differentiable with respect to ``points``.
 

@@ -203,8 +203,13 @@ def add_or_add_s(pred_R, pred_t, gt_R, gt_t, model_points, symmetric, *, model_l
     """ADD(-S): :func:`add_s` where ``symmetric``, :func:`add` elsewhere (the LineMOD protocol).
 
     Args:
-        pred_R, pred_t, gt_R, gt_t, model_points, model_lengths: as :func:`add`.
+        pred_R: ``(B, 3, 3)`` predicted rotations, as :func:`add`.
+        pred_t: ``(B, 3)`` predicted translations.
+        gt_R: ``(B, 3, 3)`` ground-truth rotations.
+        gt_t: ``(B, 3)`` ground-truth translations.
+        model_points: ``(Nm, 3)`` shared or ``(B, Nm, 3)`` per-pose model points.
         symmetric: a bool for every pose, or a ``(B,)`` bool tensor.
+        model_lengths: optional int ``(B,)``, as :func:`add`.
 
     Returns:
         ``(B,)`` errors (0-dim for unbatched input).

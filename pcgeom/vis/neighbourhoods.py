@@ -567,7 +567,9 @@ def show_neighbourhoods(
     get a PNG on a headless machine.
 
     Args:
-        points, centers, idx: as in :func:`neighbourhood_geometries`.
+        points: ``(N, 3)`` or ``(1, N, 3)`` cloud, as in :func:`neighbourhood_geometries`.
+        centers: ``(G, 3)`` or ``(1, G, 3)`` patch centres.
+        idx: ``(G, k)`` or ``(1, G, k)`` int64 neighbour indices (``-1`` slots are skipped).
         size: window ``(width, height)`` in pixels.
         point_size: point diameter in pixels.
         sphere_radius: centre sphere radius (default 1.1 % of the bounding-box diagonal).
