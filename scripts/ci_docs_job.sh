@@ -8,8 +8,9 @@
 #      docs need none, and job 1 tests the native build);
 #   2. `mkdocs build --strict` (every warning is an error: broken links and anchors, missing references,
 #      docstring problems mkdocstrings reports);
-#   3. tests/test_docs.py against that site: every Python block of the docs and README runs, every public name
-#      has an API entry, the CLI reference is `--help`, the benchmark page has its tables and plots;
+#   3. tests/test_docs.py against that site: every public name has an API entry, the CLI reference is `--help`,
+#      the benchmark page has its tables and plots (the Python blocks of the docs run in job 1, on the native
+#      kernels: this venv has the pure-torch path only, where the larger examples take minutes);
 #   4. the site in real headless chromium (Debian's package, installed here if missing): the home page and the
 #      API page render their content without console errors; the screenshots are kept and their folder printed.
 #
@@ -39,7 +40,8 @@ echo "-- docs 2/4: mkdocs build --strict"
 (cd "$CLONE" && "$VENV/bin/python" -m mkdocs build --strict -d "$SITE")
 
 echo "-- docs 3/4: tests/test_docs.py"
-(cd "$CLONE" && PCGEOM_DOCS_SITE="$SITE" "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_docs.py)
+(cd "$CLONE" && PCGEOM_DOCS_SITE="$SITE" "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_docs.py \
+  -k "not test_every_python_block_runs")
 
 echo "-- docs 4/4: headless chromium"
 if ! command -v chromium >/dev/null 2>&1; then
