@@ -176,14 +176,18 @@ DOCUMENTED_MODULES = ["pcgeom", "pcgeom.nn", "pcgeom.distributed", "pcgeom.compa
 
 
 def test_every_public_name_has_an_api_entry(site):
-    ids = set()
+    ids = set()  # the ids of headings: mkdocstrings gives each documented object one, named by its path
     for page in (site / "api").glob("**/*.html"):
-        ids.update(re.findall(r'id="([\w.]+)"', page.read_text(encoding="utf-8")))
+        ids.update(re.findall(r'<h[1-6][^>]*\bid="([\w.]+)"', page.read_text(encoding="utf-8")))
     missing = []
     for modname in DOCUMENTED_MODULES:
         mod = importlib.import_module(modname)
         for name in mod.__all__:
-            if f"{modname}.{name}" not in ids:
+            obj = getattr(mod, name)
+            # the public path, or where the object is defined (pcgeom.knn is documented as pcgeom.ops.knn.knn,
+            # since the module pcgeom.ops.knn shares the name)
+            paths = {f"{modname}.{name}", f"{getattr(obj, '__module__', modname)}.{name}"}
+            if not paths & ids:
                 missing.append(f"{modname}.{name}")
     assert not missing, f"no entry in the built API reference for {missing}"
     # the entries carry their docstrings, not just a heading
