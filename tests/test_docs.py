@@ -6,6 +6,7 @@
 * Every public name (``pcgeom.__all__`` and the ``__all__`` of the documented submodules) has an entry in the built
   API reference, and the CLI reference in the built site is exactly ``--help`` of every command.
 * The benchmark plot script draws every plot from the committed results files.
+* Every doctest in pcgeom's docstrings (the Example of each API entry) runs, in one subprocess.
 
 The built-site checks use ``$PCGEOM_DOCS_SITE`` when CI has built the site already (``mkdocs build --strict``), and
 otherwise build it here; without mkdocs (the ``docs`` extra) they are skipped.
@@ -264,3 +265,50 @@ def test_plot_script_draws_every_plot_from_the_results_files(tmp_path):
         data = (tmp_path / f"{png}.png").read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
         assert (ROOT / "docs" / "assets" / "benchmarks" / f"{png}.png").is_file(), f"{png}.png is not committed"
+
+
+# --------------------------------------------------------------------------- the docstrings' examples
+# Every module whose docstrings hold a doctest (the API reference shows them as the Example of each entry).
+DOCTEST_MODULES = sorted(
+    ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+    for p in (ROOT / "pcgeom").glob("**/*.py")
+    if ">>>" in p.read_text(encoding="utf-8")
+)
+
+_DOCTEST_RUNNER = r"""
+import doctest, importlib, io, json, os, sys, tempfile
+os.chdir(tempfile.mkdtemp(prefix="pcgeom-doctest-"))
+out = {}
+for name in json.loads(sys.argv[1]):
+    buf = io.StringIO()
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    try:
+        for test in doctest.DocTestFinder().find(importlib.import_module(name)):
+            runner.run(test, out=buf.write)
+        r = runner.summarize(verbose=False)
+        out[name] = [r.attempted, r.failed, buf.getvalue()[-4000:]]
+    except BaseException as exc:
+        out[name] = [0, 1, repr(exc)]
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def doctest_results():
+    env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("DISPLAY", None)
+    env.pop("WAYLAND_DISPLAY", None)
+    proc = subprocess.run([sys.executable, "-c", _DOCTEST_RUNNER, json.dumps(DOCTEST_MODULES)], env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_docstrings_hold_examples():
+    assert len(DOCTEST_MODULES) >= 20, DOCTEST_MODULES
+
+
+@pytest.mark.parametrize("module", DOCTEST_MODULES)
+def test_docstring_examples_run(module, doctest_results):
+    attempted, failed, report = doctest_results[module]
+    assert attempted > 0 and failed == 0, f"{module}: {failed} of {attempted} examples failed:\n{report}"
