@@ -10,8 +10,8 @@
 #      docstring problems mkdocstrings reports);
 #   3. tests/test_docs.py against that site: every public name has an API entry, the CLI reference is `--help`,
 #      the benchmark page has its tables and plots (the Python blocks of the docs and the docstring examples run
-#      in job 1, on the native
-#      kernels: this venv has the pure-torch path only, where the larger examples take minutes);
+#      in job 1, on the native kernels: this venv has the pure-torch path only, where the larger examples take
+#      minutes);
 #   4. the site in real headless chromium (Debian's package, installed here if missing): the home page and the
 #      API page render their content without console errors; the screenshots are kept and their folder printed.
 #
