@@ -141,13 +141,13 @@ def backend_info() -> dict:
 
         * ``extension_loaded`` (bool): the native library ``pcgeom._C`` is in use;
         * ``native_devices`` (list[str]): devices with native kernels, e.g. ``["cpu"]``
-          or ``["cpu", "cuda"]``; every other device uses the pure-torch path;
+            or ``["cpu", "cuda"]``; every other device uses the pure-torch path;
         * ``stable_abi`` (bool): the native library was built on the LibTorch stable
-          ABI, so it keeps working across torch upgrades without a rebuild;
+            ABI, so it keeps working across torch upgrades without a rebuild;
         * ``torch_version`` (str), ``cuda_available`` (bool);
         * ``load_error`` (str or None): why the native library is not in use;
         * ``cuda_load_error`` (str or None), ``built_with_torch`` (str or None),
-          ``disabled_by_env`` (bool), ``build`` (dict recorded by setup.py).
+            ``disabled_by_env`` (bool), ``build`` (dict recorded by setup.py).
 
     Example:
         >>> import pcgeom

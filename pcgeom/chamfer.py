@@ -68,6 +68,11 @@ def chamfer_distance(x, y, *, x_lengths=None, y_lengths=None, kind="l2", reducti
         gradient of a point lying exactly on its nearest neighbour is 0
         (not the NaN that ``sqrt`` at 0 produces in the original extensions).
 
+    Raises:
+        ValueError: unknown ``kind`` or ``reduction``; ``x`` / ``y`` of different B or D; a cloud with no point
+            (``x_lengths[b] == 0``); lengths of the wrong shape or outside ``[0, N]``.
+        TypeError: ``x`` / ``y`` not floating tensors, of different dtypes or devices; lengths not integer tensors.
+
     Example:
         >>> import torch, pcgeom
         >>> x = torch.tensor([[[0.0, 0, 0], [1, 0, 0]]])

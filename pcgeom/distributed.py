@@ -112,6 +112,12 @@ def shard_bounds(n: int, *, group=None) -> tuple[int, int]:
     Returns:
         ``(start, stop)`` Python ints.
 
+    Raises:
+        ValueError: ``n`` is negative, or this process is not a member of ``group``.
+        TypeError: ``n`` is not an int.
+        RuntimeError: no process group is initialised (``torch.distributed.init_process_group`` first), or this
+            torch has no torch.distributed.
+
     Example:
         >>> import torch.distributed as dist
         >>> from pcgeom.distributed import shard_bounds

@@ -44,6 +44,10 @@ def fill_missing(idx: torch.Tensor) -> torch.Tensor:
     Returns:
         A new tensor of the shape and dtype of ``idx``.
 
+    Raises:
+        TypeError: ``idx`` is not an int64 tensor.
+        ValueError: ``idx`` has no last dimension of size >= 1.
+
     Example:
         >>> import torch, pcgeom
         >>> pcgeom.fill_missing(torch.tensor([[4, 7, -1, -1], [-1, -1, -1, -1]])).tolist()
@@ -82,6 +86,11 @@ def group_features(points, centers, idx, features=None, *, use_points=True) -> t
         ``(B, S, k, D + C)`` (or ``(B, S, k, D)`` / ``(B, S, k, C)``) tensor in
         the dtype of ``points``; differentiable w.r.t. ``points``, ``centers``
         and ``features``.
+
+    Raises:
+        ValueError: shapes that do not fit ``(B, N, D)`` / ``(B, S, D)`` / ``(B, S, k)`` / ``(B, N, C)``;
+            ``use_points=False`` without ``features``.
+        TypeError: tensors of different dtypes or devices, or a non-int64 ``idx``.
 
     Example:
         >>> import torch, pcgeom
@@ -156,6 +165,10 @@ def interpolate_features(query, points, features, k=3, *, eps=1e-8, points_lengt
         ``(B, M, C)`` tensor in the dtype of ``features``, differentiable
         w.r.t. ``features``, ``query`` and ``points`` (through the weights; an
         exact hit has gradient 0 there, not NaN).
+
+    Raises:
+        ValueError: shapes that do not fit, ``k < 1``, ``eps <= 0``, or bad ``points_lengths``.
+        TypeError: tensors of different dtypes or devices.
 
     Example:
         >>> import torch, pcgeom

@@ -103,6 +103,10 @@ def knn_graph(x, k, *, batch=None, loop=False, flow="source_to_target") -> torch
         ``edge_index (2, E)`` int64, grouped by centre node ascending, nearest
         neighbour first, ties to the lower index (see the module docstring).
 
+    Raises:
+        ValueError: ``k < 1``; a ``batch`` of the wrong shape, unsorted or negative; unknown ``flow``.
+        TypeError: ``x`` not a floating tensor, ``batch`` not an integer tensor.
+
     Example:
         >>> import torch, pcgeom
         >>> x = torch.tensor([[0.0], [1.0], [3.0]])
@@ -136,6 +140,10 @@ def radius_graph(x, r, *, batch=None, max_num_neighbors=32, loop=False, flow="so
 
     Returns:
         ``edge_index (2, E)`` int64, grouped by centre node, nearest first.
+
+    Raises:
+        ValueError: ``r`` not finite and >= 0, ``max_num_neighbors < 1``; a bad ``batch``; unknown ``flow``.
+        TypeError: ``x`` not a floating tensor, ``batch`` not an integer tensor.
 
     Example:
         >>> import torch, pcgeom
@@ -173,6 +181,11 @@ def edge_features(x, k, *, batch=None) -> torch.Tensor:
         not).  Slots beyond a cloud's size (``k > n_b``) are all zeros.
         DGCNN's channels-first ``(B, 2C, N, k)`` is
         ``edge_features(x.transpose(1, 2), k).permute(0, 3, 1, 2)``.
+
+    Raises:
+        ValueError: ``x`` not ``(B, N, C)`` or ``(N, C)``; ``batch=`` with ``(B, N, C)`` input; ``k < 1``; a bad
+            ``batch``.
+        TypeError: ``x`` not a floating tensor.
 
     Example:
         >>> import torch, pcgeom

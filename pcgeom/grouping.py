@@ -290,11 +290,11 @@ def group_patches(points, n_centers, k, *, return_index=False, fps="exact", orde
         ``(neighborhoods, centers, center_idx, idx)``:
 
         * ``neighborhoods (B, G, k, D)``: neighbour coordinates minus their
-          centre, in the dtype of ``points``; ``neighborhoods[:, :, 0]`` is 0.
+            centre, in the dtype of ``points``; ``neighborhoods[:, :, 0]`` is 0.
         * ``centers (B, G, D)``: the centre coordinates (exact copies of points).
         * ``center_idx (B, G)`` int64: index of each centre in ``points[b]``.
         * ``idx (B, G, k)`` int64: indices of the neighbours in ``points[b]``;
-          ``idx[..., 0] == center_idx``.
+            ``idx[..., 0] == center_idx``.
 
         Both float outputs are differentiable with respect to ``points``.
 
@@ -399,6 +399,11 @@ def group_hierarchical(points, n_centers: Sequence[int], k: Sequence[int], *, fp
         ``f (B, G_{i-1}, C)`` for level ``i``, use
         ``pcgeom.knn_gather(f, levels[i].idx)``; Point-M2AE's flat indices are
         ``levels[i].idx + torch.arange(B)[:, None, None] * G_{i-1}``, flattened.
+
+    Raises:
+        ValueError: ``n_centers`` and ``k`` of different lengths, or a level whose ``n_centers`` or ``k`` exceeds
+            the points of the level below (the message names the level), or the errors of :func:`group_patches`.
+        TypeError: ``n_centers`` or ``k`` not sequences of ints, or the errors of :func:`group_patches`.
 
     Example:
         >>> import torch, pcgeom

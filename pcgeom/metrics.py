@@ -135,6 +135,11 @@ def add(pred_R, pred_t, gt_R, gt_t, model_points, *, model_lengths=None) -> torc
         ``(B,)`` ADD per pose (0-dim for unbatched input), in the inputs' unit
         and dtype; differentiable w.r.t. the poses.
 
+    Raises:
+        ValueError: rotations not ``(B, 3, 3)``, translations not ``(B, 3)``, model points neither ``(Nm, 3)`` nor
+            ``(B, Nm, 3)`` with ``Nm >= 1``, inputs on different devices, bad ``model_lengths``.
+        TypeError: inputs that are not floating tensors or differ in dtype.
+
     Example:
         >>> import torch
         >>> from pcgeom.metrics import add
@@ -167,6 +172,11 @@ def add_s(pred_R, pred_t, gt_R, gt_t, model_points, *, model_lengths=None) -> to
         ``(B,)`` ADD-S per pose (0-dim for unbatched input); differentiable
         w.r.t. the poses (the nearest-point choice itself carries no gradient).
 
+    Raises:
+        ValueError: rotations not ``(B, 3, 3)``, translations not ``(B, 3)``, model points neither ``(Nm, 3)`` nor
+            ``(B, Nm, 3)`` with ``Nm >= 1``, inputs on different devices, bad ``model_lengths``.
+        TypeError: inputs that are not floating tensors or differ in dtype.
+
     Example:
         >>> import torch
         >>> from pcgeom.metrics import add_s
@@ -193,11 +203,23 @@ def add_or_add_s(pred_R, pred_t, gt_R, gt_t, model_points, symmetric, *, model_l
     """ADD(-S): :func:`add_s` where ``symmetric``, :func:`add` elsewhere (the LineMOD protocol).
 
     Args:
-        pred_R, pred_t, gt_R, gt_t, model_points, model_lengths: as :func:`add`.
+        pred_R: ``(B, 3, 3)`` predicted rotations, as :func:`add`.
+        pred_t: ``(B, 3)`` predicted translations.
+        gt_R: ``(B, 3, 3)`` ground-truth rotations.
+        gt_t: ``(B, 3)`` ground-truth translations.
+        model_points: ``(Nm, 3)`` shared or ``(B, Nm, 3)`` per-pose model points.
         symmetric: a bool for every pose, or a ``(B,)`` bool tensor.
+        model_lengths: optional int ``(B,)``, as :func:`add`.
 
     Returns:
         ``(B,)`` errors (0-dim for unbatched input).
+
+    Raises:
+        ValueError: rotations not ``(B, 3, 3)``, translations not ``(B, 3)``, model points neither ``(Nm, 3)`` nor
+            ``(B, Nm, 3)`` with ``Nm >= 1``, inputs on different devices, bad ``model_lengths`` (or ``symmetric`` of
+            the wrong shape).
+        TypeError: inputs that are not floating tensors or differ in dtype (or ``symmetric`` not a bool / bool
+            tensor).
 
     Example:
         >>> import torch
@@ -238,6 +260,11 @@ def object_diameter(model_points, *, model_lengths=None) -> torch.Tensor:
 
     Returns:
         0-dim (for ``(Nm, 3)``) or ``(B,)`` tensor in the input dtype; no gradient.
+
+    Raises:
+        ValueError: ``model_points`` neither ``(Nm, 3)`` nor ``(B, Nm, 3)`` with ``Nm >= 1``, or ``model_lengths``
+            with unbatched points or values < 1.
+        TypeError: ``model_points`` not a floating tensor.
 
     Example:
         >>> import torch
@@ -307,6 +334,11 @@ def accuracy(distances, threshold) -> torch.Tensor:
     Returns:
         0-dim float64 tensor in ``[0, 1]``.
 
+    Raises:
+        ValueError: ``distances`` not a non-empty 1-D tensor of errors >= 0, or a bad threshold (``threshold`` /
+            ``diameter`` of the wrong shape, ``fraction < 0``, ``max_distance <= 0``).
+        TypeError: ``distances`` or the threshold not a number, sequence or tensor.
+
     Example:
         >>> import torch
         >>> from pcgeom.metrics import accuracy
@@ -342,6 +374,11 @@ def add_accuracy(distances, diameter, fraction: float = 0.1) -> torch.Tensor:
     Returns:
         0-dim float64 tensor in ``[0, 1]``.
 
+    Raises:
+        ValueError: ``distances`` not a non-empty 1-D tensor of errors >= 0, or a bad threshold (``threshold`` /
+            ``diameter`` of the wrong shape, ``fraction < 0``, ``max_distance <= 0``).
+        TypeError: ``distances`` or the threshold not a number, sequence or tensor.
+
     Example:
         >>> import torch
         >>> from pcgeom.metrics import add_accuracy
@@ -367,8 +404,17 @@ def accuracy_curve(distances, max_distance: float = 0.1):
     ``k / N`` at ``d_k`` (``N`` counts every pose, failures included), framed
     by ``(0, 0)`` and ``(max_distance, K / N)``.
 
+    Args:
+        distances: ``(N,)`` pose errors (e.g. ADD-S per pose), in the unit of ``max_distance``.
+        max_distance: the largest threshold, 0.1 (m) in the toolbox.
+
     Returns:
         ``(thresholds (K + 2,), accuracies (K + 2,))`` float64 tensors.
+
+    Raises:
+        ValueError: ``distances`` not a non-empty 1-D tensor of errors >= 0, or a bad threshold (``threshold`` /
+            ``diameter`` of the wrong shape, ``fraction < 0``, ``max_distance <= 0``).
+        TypeError: ``distances`` or the threshold not a number, sequence or tensor.
 
     Example:
         >>> import torch
@@ -421,6 +467,11 @@ def auc(distances, max_distance: float = 0.1) -> torch.Tensor:
 
     Returns:
         0-dim float64 tensor in ``[0, 1]`` (multiply by 100 for the tables' numbers).
+
+    Raises:
+        ValueError: ``distances`` not a non-empty 1-D tensor of errors >= 0, or a bad threshold (``threshold`` /
+            ``diameter`` of the wrong shape, ``fraction < 0``, ``max_distance <= 0``).
+        TypeError: ``distances`` or the threshold not a number, sequence or tensor.
 
     Example:
         >>> import torch

@@ -165,6 +165,12 @@ def serialize(points=None, voxel_size=None, *, grid_coord=None, offsets=None, or
         PTv3 (``torch.argsort``, unstable) points with equal codes stay in
         input order, so the permutation is deterministic on every device.
 
+    Raises:
+        ValueError: neither or both of ``points`` with ``voxel_size`` and ``grid_coord``; ``points`` not a finite
+            floating ``(N, 3)`` tensor; ``voxel_size <= 0``; ``grid_coord`` not a non-negative integer ``(N, 3)``
+            tensor; an unknown ``order``; ``depth`` outside ``[1, 21]`` or too small for the grid; codes that would
+            need more than 63 bits; bad ``offsets``.
+
     Example:
         >>> import torch, pcgeom
         >>> g = torch.tensor([[1, 0, 0], [0, 0, 1], [0, 1, 0]])

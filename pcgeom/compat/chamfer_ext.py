@@ -43,7 +43,29 @@ def _check(fn, xyz1, xyz2):
 
 
 def forward(xyz1: torch.Tensor, xyz2: torch.Tensor):
-    """``(dist1, dist2, idx1, idx2)``: nearest squared distances and int32 indices, both ways."""
+    """Nearest squared distances and int32 indices, both ways (the compiled ``chamfer.forward``).
+
+    Args:
+        xyz1: ``(B, N, 3)`` floating points, N >= 1.
+        xyz2: ``(B, M, 3)`` floating points of the same B, dtype and device, M >= 1.
+
+    Returns:
+        ``(dist1 (B, N), dist2 (B, M), idx1 (B, N) int32, idx2 (B, M) int32)``: for each point of one cloud the
+        squared distance to, and the index of, its nearest point in the other (ties to the lower index); no graph
+        (``extensions/chamfer_dist``'s ``ChamferFunction`` calls :func:`backward` itself).
+
+    Raises:
+        ValueError: shapes that do not fit, or an empty cloud.
+        TypeError: tensors not floating or of different dtypes / devices.
+
+    Example:
+        >>> import torch
+        >>> from pcgeom.compat import chamfer_ext
+        >>> a, b = torch.tensor([[[0.0, 0, 0], [2, 0, 0]]]), torch.tensor([[[0.0, 1, 0]]])
+        >>> d1, d2, i1, i2 = chamfer_ext.forward(a, b)
+        >>> d1.tolist(), d2.tolist(), i1.tolist(), i2.tolist()
+        ([[1.0, 5.0]], [[1.0]], [[0, 0]], [[0]])
+    """
     fn = "chamfer.forward"
     _check(fn, xyz1, xyz2)
     if xyz1.shape[1] == 0 or xyz2.shape[1] == 0:
@@ -64,7 +86,32 @@ def _grad(xa, xb, idx, g):
 
 
 def backward(xyz1, xyz2, idx1, idx2, grad_dist1, grad_dist2):
-    """``(grad_xyz1, grad_xyz2)`` of ``sum(grad_dist1 * dist1) + sum(grad_dist2 * dist2)``."""
+    """The gradients of ``sum(grad_dist1 * dist1) + sum(grad_dist2 * dist2)`` (the compiled ``chamfer.backward``).
+
+    Args:
+        xyz1: ``(B, N, 3)`` the first cloud, as given to :func:`forward`.
+        xyz2: ``(B, M, 3)`` the second cloud.
+        idx1: ``(B, N)`` int32/int64 nearest indices from :func:`forward`.
+        idx2: ``(B, M)`` int32/int64 nearest indices from :func:`forward`.
+        grad_dist1: ``(B, N)`` the incoming gradient of ``dist1``.
+        grad_dist2: ``(B, M)`` the incoming gradient of ``dist2``.
+
+    Returns:
+        ``(grad_xyz1 (B, N, 3), grad_xyz2 (B, M, 3))`` in the dtype of ``xyz1``, summed deterministically.
+
+    Raises:
+        ValueError: shapes that do not fit, or indices outside their cloud.
+        TypeError: tensors not floating / not integer where they must be, or of different devices.
+
+    Example:
+        >>> import torch
+        >>> from pcgeom.compat import chamfer_ext
+        >>> a, b = torch.tensor([[[0.0, 0, 0], [2, 0, 0]]]), torch.tensor([[[0.0, 1, 0]]])
+        >>> d1, d2, i1, i2 = chamfer_ext.forward(a, b)
+        >>> g1, g2 = chamfer_ext.backward(a, b, i1, i2, torch.ones_like(d1), torch.ones_like(d2))
+        >>> g1.tolist(), g2.tolist()
+        ([[[0.0, -4.0, 0.0], [4.0, -2.0, 0.0]]], [[[-4.0, 6.0, 0.0]]])
+    """
     fn = "chamfer.backward"
     _check(fn, xyz1, xyz2)
     B, N, M = xyz1.shape[0], xyz1.shape[1], xyz2.shape[1]

@@ -80,6 +80,11 @@ class KNearestNeighbor:
         ``(B, k, Nq)`` int64 **1-based** indices into ``ref[b]`` (``ref[b, :, i - 1]``),
         nearest first, ties to the lower index; on the inputs' device; no gradient.
 
+    Raises:
+        ValueError: ``ref`` (B, D, Nr) and ``query`` (B, D, Nq) not 3-D, not sharing B and D, on different devices,
+            or ``k`` larger than Nr.
+        TypeError: ``ref`` or ``query`` not a torch.Tensor.
+
     Example:
         >>> import torch
         >>> from pcgeom.compat.densefusion import KNearestNeighbor

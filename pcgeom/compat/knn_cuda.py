@@ -39,6 +39,11 @@ class KNN(nn.Module):
     forward runs under ``torch.no_grad()``); use :func:`pcgeom.knn` for
     differentiable squared distances in any dtype.
 
+    Raises:
+        ValueError: (from ``forward``) ``ref`` / ``query`` not 3-D in the layout of ``transpose_mode``, not sharing
+            B and D, on different devices, or ``k`` larger than the number of reference points.
+        TypeError: (from ``forward``) inputs that are not floating tensors.
+
     Example:
         >>> import torch
         >>> from pcgeom.compat.knn_cuda import KNN

@@ -41,6 +41,10 @@ def fps(data: torch.Tensor, number: int) -> torch.Tensor:
         :func:`pcgeom.grouping.pointnet2_fps`), in the dtype of ``data`` and
         differentiable with respect to it.
 
+    Raises:
+        ValueError: ``data`` not ``(B, N, 3)``, or ``number`` below 1 or larger than N.
+        TypeError: ``data`` not a floating tensor, ``number`` not an int.
+
     Example:
         >>> import torch
         >>> from pcgeom.compat.point_mae import fps
@@ -77,6 +81,10 @@ class Group(nn.Module):
         return_idx: also return Point-M2AE's flat neighbour index
             ``idx + arange(B) * N`` of shape ``(B * G * M,)``, i.e. Point-M2AE's
             ``Group`` (``forward`` then returns ``(neighborhood, center, idx)``).
+
+    Raises:
+        ValueError: (from ``forward``) the errors of :func:`pcgeom.group_patches` (``num_group`` or ``group_size``
+            larger than N, points not ``(B, N, 3)``), with the shapes and parameters in the message.
 
     Example:
         >>> import torch
@@ -145,6 +153,12 @@ class ChamferDistanceL2(nn.Module):
     drops points whose coordinates sum to 0, for a batch of one, like the
     original.
 
+    Args:
+        ignore_zeros: drop the all-zero padding points first (batch of one only, as the original).
+
+    Raises:
+        ValueError: (from ``forward``) the errors of :func:`pcgeom.chamfer_distance`.
+
     Example:
         >>> import torch
         >>> from pcgeom.compat.point_mae import ChamferDistanceL2
@@ -168,6 +182,12 @@ class ChamferDistanceL1(nn.Module):
     Same as :func:`pcgeom.chamfer_distance` with ``kind="l1"``.  Unlike the
     original, a point that coincides with its nearest neighbour gets a zero
     gradient rather than NaN.
+
+    Args:
+        ignore_zeros: drop the all-zero padding points first (batch of one only, as the original).
+
+    Raises:
+        ValueError: (from ``forward``) the errors of :func:`pcgeom.chamfer_distance`.
 
     Example:
         >>> import torch

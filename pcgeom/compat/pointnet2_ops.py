@@ -100,7 +100,30 @@ def _check_idx(fn: str, name: str, idx, ndim: int, layout: str, B: int, n: int, 
 
 
 def furthest_point_sample(xyz: torch.Tensor, npoint: int) -> torch.Tensor:
-    """pointnet2's FPS: ``(B, npoint)`` int32 indices into ``xyz (B, N, 3)``, no gradient."""
+    """pointnet2's farthest point sampling, with the CUDA kernel's choices.
+
+    Starts at index 0, then repeatedly takes the point farthest from the chosen ones, skipping points with
+    ``|p|^2 <= 1e-3`` (the kernel's near-origin test) and breaking ties as the kernel's thread-block reduction
+    does; when fewer points are eligible than requested it repeats points, as the kernel does.
+
+    Args:
+        xyz: ``(B, N, 3)`` float16/bfloat16/float32/float64 coordinates (need not be contiguous).
+        npoint: int, ``1 <= npoint <= N``, the number of samples per cloud.
+
+    Returns:
+        ``(B, npoint)`` int32 indices into ``xyz``; no gradient (like the original).
+
+    Raises:
+        ValueError: ``xyz`` not ``(B, N, 3)``, or ``npoint`` outside ``[1, N]``.
+        TypeError: ``xyz`` not a floating tensor, ``npoint`` not an int.
+
+    Example:
+        >>> import torch
+        >>> from pcgeom.compat import pointnet2_ops
+        >>> xyz = torch.tensor([[[0.0, 0, 0], [1, 0, 0], [0, 3, 0], [5, 5, 0]]])
+        >>> pointnet2_ops.furthest_point_sample(xyz, 3).tolist()
+        [[0, 3, 2]]
+    """
     fn = "furthest_point_sample"
     _check_xyz(fn, "xyz", xyz, "(B, N, 3)")
     npoint = V.check_int(fn, "npoint", npoint, minimum=1)
@@ -155,7 +178,26 @@ def _pointnet2_fps_native(xyz: torch.Tensor, npoint: int):
 
 
 def gather_operation(features: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """``out[b, c, s] = features[b, c, idx[b, s]]``: ``(B, C, S)``, differentiable w.r.t. ``features``."""
+    """Gathers feature columns: ``out[b, c, s] = features[b, c, idx[b, s]]``.
+
+    Args:
+        features: ``(B, C, N)`` floating tensor (channels first, as pointnet2).
+        idx: ``(B, S)`` int32 or int64 indices in ``[0, N)`` (e.g. from :func:`furthest_point_sample`).
+
+    Returns:
+        ``(B, C, S)`` in the dtype of ``features``; differentiable w.r.t. ``features``.
+
+    Raises:
+        ValueError: shapes that do not fit, or an index outside ``[0, N)``.
+        TypeError: ``features`` not floating, ``idx`` not int32/int64, or on another device.
+
+    Example:
+        >>> import torch
+        >>> from pcgeom.compat import pointnet2_ops
+        >>> f = torch.arange(6.0).view(1, 2, 3)
+        >>> pointnet2_ops.gather_operation(f, torch.tensor([[2, 0]], dtype=torch.int32)).tolist()
+        [[[2.0, 0.0], [5.0, 3.0]]]
+    """
     fn = "gather_operation"
     _check_features(fn, "features", features, "(B, C, N)")
     B, C, N = features.shape
@@ -164,7 +206,26 @@ def gather_operation(features: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 
 
 def grouping_operation(features: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """``out[b, c, s, j] = features[b, c, idx[b, s, j]]``: ``(B, C, S, K)``, differentiable w.r.t. ``features``."""
+    """Groups feature columns: ``out[b, c, s, j] = features[b, c, idx[b, s, j]]``.
+
+    Args:
+        features: ``(B, C, N)`` floating tensor (channels first).
+        idx: ``(B, S, K)`` int32 or int64 indices in ``[0, N)`` (e.g. from :func:`ball_query`).
+
+    Returns:
+        ``(B, C, S, K)`` in the dtype of ``features``; differentiable w.r.t. ``features``.
+
+    Raises:
+        ValueError: shapes that do not fit, or an index outside ``[0, N)``.
+        TypeError: ``features`` not floating, ``idx`` not int32/int64, or on another device.
+
+    Example:
+        >>> import torch
+        >>> from pcgeom.compat import pointnet2_ops
+        >>> f = torch.arange(3.0).view(1, 1, 3)
+        >>> pointnet2_ops.grouping_operation(f, torch.tensor([[[2, 1], [0, 0]]])).tolist()
+        [[[[2.0, 1.0], [0.0, 0.0]]]]
+    """
     fn = "grouping_operation"
     _check_features(fn, "features", features, "(B, C, N)")
     B, C, N = features.shape
@@ -210,16 +271,60 @@ def _ball_query_long(radius, nsample, xyz, new_xyz, fn="ball_query") -> torch.Te
 
 
 def ball_query(radius: float, nsample: int, xyz: torch.Tensor, new_xyz: torch.Tensor) -> torch.Tensor:
-    """pointnet2's ball query: ``(B, S, nsample)`` int32, first hits in index order, no gradient."""
+    """pointnet2's ball query: the first ``nsample`` points in index order inside each ball.
+
+    A point is inside when ``d2 < radius**2`` (strict, squared in float32 like the kernel). Slots beyond the points
+    found repeat the first hit; a ball with no point at all gets index 0 in every slot, as the kernel writes.
+
+    Args:
+        radius: float >= 0.
+        nsample: int >= 1, slots per ball.
+        xyz: ``(B, N, 3)`` floating coordinates searched.
+        new_xyz: ``(B, S, 3)`` ball centres, same dtype and device.
+
+    Returns:
+        ``(B, S, nsample)`` int32 indices into ``xyz``; no gradient.
+
+    Raises:
+        ValueError: shapes that do not fit, a negative ``radius``, ``nsample < 1``.
+        TypeError: tensors not floating or of different dtypes / devices.
+
+    Example:
+        >>> import torch
+        >>> from pcgeom.compat import pointnet2_ops
+        >>> xyz = torch.tensor([[[0.0, 0, 0], [1, 0, 0], [0, 3, 0]]])
+        >>> pointnet2_ops.ball_query(1.5, 3, xyz, xyz[:, :1]).tolist()   # first hit 0 repeated
+        [[[0, 1, 0]]]
+    """
     return _ball_query_long(radius, nsample, xyz, new_xyz).to(torch.int32)
 
 
 def three_nn(unknown: torch.Tensor, known: torch.Tensor):
-    """The 3 nearest ``known`` points of each ``unknown`` point: ``(dist, idx int32)``, no gradient.
+    """The 3 nearest ``known`` points of each ``unknown`` point.
 
     ``dist`` is Euclidean (the original returns ``sqrt`` of the kernel's
     squared distances).  With fewer than 3 known points the unused slots hold
     ``dist = inf`` and ``idx = 0``.
+
+    Args:
+        unknown: ``(B, n, 3)`` floating query points.
+        known: ``(B, m, 3)`` points searched, same dtype and device.
+
+    Returns:
+        ``(dist (B, n, 3), idx (B, n, 3) int32)``: distances ascending, exact ties to the lower index; no gradient
+        (the original marks both non-differentiable).
+
+    Raises:
+        ValueError: shapes that do not fit.
+        TypeError: tensors not floating or of different dtypes / devices.
+
+    Example:
+        >>> import torch
+        >>> from pcgeom.compat import pointnet2_ops
+        >>> xyz = torch.tensor([[[0.0, 0, 0], [1, 0, 0], [0, 3, 0], [5, 5, 0]]])
+        >>> dist, idx = pointnet2_ops.three_nn(xyz[:, :1], xyz)
+        >>> dist.tolist(), idx.tolist()
+        ([[[0.0, 1.0, 3.0]]], [[[0, 1, 2]]])
     """
     fn = "three_nn"
     _check_xyz(fn, "unknown", unknown, "(B, n, 3)")
@@ -231,9 +336,31 @@ def three_nn(unknown: torch.Tensor, known: torch.Tensor):
 
 
 def three_interpolate(features: torch.Tensor, idx: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``out[b, c, n] = sum_j weight[b, n, j] * features[b, c, idx[b, n, j]]``: ``(B, C, n)``.
+    """Weighted sum of 3 feature columns: ``out[b, c, n] = sum_j weight[b, n, j] * features[b, c, idx[b, n, j]]``.
 
-    Differentiable w.r.t. ``features``; ``weight`` gets no gradient, like the original.
+    The products are added in slot order, as the kernel adds them.
+
+    Args:
+        features: ``(B, C, m)`` floating tensor (channels first).
+        idx: ``(B, n, 3)`` int32/int64 indices in ``[0, m)`` (from :func:`three_nn`).
+        weight: ``(B, n, 3)`` weights (pointnet2 uses normalised inverse distances).
+
+    Returns:
+        ``(B, C, n)`` in the dtype of ``features``; differentiable w.r.t. ``features``, while ``weight`` gets no
+        gradient, like the original.
+
+    Raises:
+        ValueError: shapes that do not fit (``weight`` must have the shape of ``idx``), or an index outside
+            ``[0, m)``.
+        TypeError: ``features`` not floating, ``idx`` not int32/int64, or tensors on different devices.
+
+    Example:
+        >>> import torch
+        >>> from pcgeom.compat import pointnet2_ops
+        >>> f = torch.tensor([[[1.0, 2.0, 4.0]]])                        # (B=1, C=1, m=3)
+        >>> idx = torch.tensor([[[0, 1, 2]]], dtype=torch.int32)
+        >>> pointnet2_ops.three_interpolate(f, idx, torch.tensor([[[0.5, 0.25, 0.25]]])).tolist()
+        [[[2.0]]]
     """
     fn = "three_interpolate"
     _check_features(fn, "features", features, "(B, C, m)")
@@ -258,6 +385,23 @@ class QueryAndGroup(nn.Module):
     Returns ``(B, 3 + C, S, nsample)`` (relative coordinates first) or, with
     ``use_xyz=False``, ``(B, C, S, nsample)``.  Differentiable w.r.t. ``xyz``,
     ``new_xyz`` and ``features``, like the original.
+
+    Args:
+        radius: ball radius, as :func:`ball_query` (strict ``d2 < radius**2``).
+        nsample: slots per ball.
+        use_xyz: put the relative coordinates in front of the features (default True).
+
+    Raises:
+        ValueError: (from ``forward``) ``use_xyz=False`` without ``features``, or the errors of
+            :func:`ball_query` and :func:`grouping_operation`.
+
+    Example:
+        >>> import torch
+        >>> from pcgeom.compat import pointnet2_ops
+        >>> xyz = torch.rand(2, 64, 3)
+        >>> grouper = pointnet2_ops.QueryAndGroup(0.3, 8)
+        >>> grouper(xyz, xyz[:, :4], torch.rand(2, 5, 64)).shape
+        torch.Size([2, 8, 4, 8])
     """
 
     def __init__(self, radius, nsample, use_xyz=True):
@@ -277,7 +421,23 @@ class QueryAndGroup(nn.Module):
 
 
 class GroupAll(nn.Module):
-    """Groups every point into one ball: ``(B, 3 + C, 1, N)`` (``new_xyz`` is ignored)."""
+    """Groups every point into one ball: ``forward(xyz (B,N,3), new_xyz=None, features (B,C,N)=None)``.
+
+    Returns ``(B, 3 + C, 1, N)`` (the coordinates themselves, not relative, then the features), or ``(B, C, 1, N)``
+    with ``use_xyz=False``, or ``(B, 3, 1, N)`` without features; ``new_xyz`` is ignored, as in the original.
+
+    Args:
+        use_xyz: put the coordinates in front of the features (default True).
+
+    Raises:
+        ValueError: (from ``forward``) ``xyz`` not ``(B, N, 3)``.
+
+    Example:
+        >>> import torch
+        >>> from pcgeom.compat import pointnet2_ops
+        >>> pointnet2_ops.GroupAll()(torch.rand(2, 64, 3), None, torch.rand(2, 5, 64)).shape
+        torch.Size([2, 8, 1, 64])
+    """
 
     def __init__(self, use_xyz=True):
         super().__init__()

@@ -55,6 +55,17 @@ def _check_name(fn: str, name) -> str:
 def path(name: str) -> Path:
     """The bundled PLY file of a scan (readable with :func:`pcgeom.io.read_ply` or any PLY viewer).
 
+    Args:
+        name: one of :func:`names`.
+
+    Returns:
+        The file's ``pathlib.Path`` inside the installed package.
+
+    Raises:
+        ValueError: an unknown scan name.
+        TypeError: ``name`` not a str.
+        FileNotFoundError: the installation lacks the file (reinstall, or run ``scripts/make_data.py``).
+
     Example:
         >>> import pcgeom.data
         >>> pcgeom.data.path("bunny").name
@@ -105,6 +116,10 @@ def load(
         centred with longest bounding-box side 1, y up; or
         ``(points, normals)`` when ``return_normals=True``.  Fresh tensors
         each call (safe to modify).
+
+    Raises:
+        ValueError: an unknown scan name, or ``n_points`` below 1 or above the scan's number of points.
+        TypeError: ``name`` not a str, ``n_points`` not an int, ``return_normals`` not a bool.
 
     Example:
         >>> import pcgeom.data

@@ -93,6 +93,10 @@ def quaternion_to_matrix(q: torch.Tensor) -> torch.Tensor:
     Returns:
         ``(..., 3, 3)`` tensor of the same dtype; differentiable.
 
+    Raises:
+        TypeError: ``q`` not a floating tensor.
+        ValueError: ``q`` whose last dimension is not 4.
+
     Example:
         >>> import math, torch
         >>> from pcgeom.losses.densefusion import quaternion_to_matrix
@@ -309,6 +313,10 @@ def pose_loss(pred_r, pred_t, pred_c, target, model_points, points, w, *, symmet
         Gradients flow to ``pred_r``, ``pred_t`` and ``pred_c`` through ``loss``
         and ``dis``.
 
+    Raises:
+        ValueError: tensors whose shapes do not fit the layouts above, empty sizes, a bad ``w`` or ``symmetric``.
+        TypeError: tensors of different dtypes or devices, or not floating.
+
     Example:
         >>> import torch
         >>> from pcgeom.losses import pose_loss
@@ -395,6 +403,10 @@ def refine_loss(pred_r, pred_t, target, model_points, points, *, symmetric=None)
         and ``t (B, 3)`` the predicted pose, detached.  Compose the estimate
         ``(R0, t0)`` with the refinement as ``(R0 @ R, R0 @ t + t0)``.
 
+    Raises:
+        ValueError: tensors whose shapes do not fit the layouts above, empty sizes, or a bad ``symmetric``.
+        TypeError: tensors of different dtypes or devices, or not floating.
+
     Example:
         >>> import torch
         >>> from pcgeom.losses import refine_loss
@@ -469,6 +481,11 @@ class Loss(nn.Module):
     and ``new_target`` refer to sample 0), except that it refuses the symmetric
     branch, where the original would pair every sample with sample 0's target;
     use :func:`pose_loss` for real batches.
+
+    Raises:
+        ValueError: (from ``forward``) tensors whose shapes do not fit, a bad ``idx`` or ``w``, or the symmetric
+            branch with ``bs > 1``.
+        TypeError: (from ``forward``) tensors of different dtypes or devices.
 
     Example:
         >>> import torch
@@ -563,6 +580,10 @@ class Loss_refine(nn.Module):
     Returns ``(dis, new_points, new_target)``: ``dis (1,)`` (not detached;
     DenseFusion calls ``dis.backward()``), ``new_points (1, P, 3)`` and
     ``new_target (1, Nm, 3)`` detached, in the frame of the predicted pose.
+
+    Raises:
+        ValueError: (from ``forward``) tensors whose shapes do not fit, or a bad ``idx``.
+        TypeError: (from ``forward``) tensors of different dtypes or devices.
 
     Example:
         >>> import torch

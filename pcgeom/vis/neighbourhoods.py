@@ -72,6 +72,15 @@ def patch_colors(n: int) -> np.ndarray:
     different colours and any ``n`` works; saturation and brightness alternate
     to separate hues that come back close to each other.  Deterministic.
 
+    Args:
+        n: int >= 0, the number of colours.
+
+    Returns:
+        ``(n, 3)`` float64 numpy array of RGB values in ``[0, 1]``.
+
+    Raises:
+        ValueError: ``n`` not an int >= 0.
+
     Example:
         >>> from pcgeom.vis import patch_colors
         >>> patch_colors(3).shape
@@ -558,7 +567,9 @@ def show_neighbourhoods(
     get a PNG on a headless machine.
 
     Args:
-        points, centers, idx: as in :func:`neighbourhood_geometries`.
+        points: ``(N, 3)`` or ``(1, N, 3)`` cloud, as in :func:`neighbourhood_geometries`.
+        centers: ``(G, 3)`` or ``(1, G, 3)`` patch centres.
+        idx: ``(G, k)`` or ``(1, G, k)`` int64 neighbour indices (``-1`` slots are skipped).
         size: window ``(width, height)`` in pixels.
         point_size: point diameter in pixels.
         sphere_radius: centre sphere radius (default 1.1 % of the bounding-box diagonal).
