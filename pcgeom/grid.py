@@ -158,15 +158,15 @@ def grid_subsample(points, voxel_size, *, offsets=None, reduce="first", start=No
         :class:`GridSubsampleResult` ``(points, cluster, offsets, index, features)``:
 
         * ``points (V, D)``: the kept points in the input dtype.  **Order**:
-          cloud after cloud, and within a cloud the voxels in the order of
-          their first (lowest-index) point -- so with ``"first"`` the kept
-          points are a subsequence of the input;
+            cloud after cloud, and within a cloud the voxels in the order of
+            their first (lowest-index) point -- so with ``"first"`` the kept
+            points are a subsequence of the input;
         * ``cluster (N_total,)`` int64: the voxel (row of ``points``) of every
-          input point;
+            input point;
         * ``offsets (B,)`` int64: cumulative end offsets of the kept points
-          per cloud;
+            per cloud;
         * ``index (V,)`` int64: the input row chosen per voxel (``"mean"``:
-          the voxel's first point);
+            the voxel's first point);
         * ``features (V, C)`` or ``None``.
 
         ``points`` (``"mean"``) and ``features`` are differentiable; the rest

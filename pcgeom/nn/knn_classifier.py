@@ -718,7 +718,8 @@ class KNNClassifier(nn.Module):
         Args:
             dist2: ``(B, k)`` squared distances from :meth:`kneighbors`.
             idx: ``(B, k)`` int64 gallery indices from :meth:`kneighbors`.
-            weights, temperature: override the module's settings.
+            weights: overrides the module's ``weights``.
+            temperature: overrides the module's ``temperature``.
 
         Returns:
             ``(B, num_classes)`` scores summing to 1 per row (float32, float64 for
@@ -755,7 +756,8 @@ class KNNClassifier(nn.Module):
         """The confidence of :meth:`confidence` from precomputed neighbours.
 
         Args:
-            dist2, idx: ``(B, k)`` from :meth:`kneighbors`.
+            dist2: ``(B, k)`` squared distances from :meth:`kneighbors`.
+            idx: ``(B, k)`` gallery indices from :meth:`kneighbors`.
             pred: ``(B,)`` predicted labels.
 
         Returns:

@@ -34,10 +34,12 @@ def ball_query(query, points, radius, k, *, query_lengths=None, points_lengths=N
         points: ``(B, N, D)`` tensor of the same dtype and device.
         radius: float >= 0.
         k: int >= 1, the maximum number of neighbours returned.
-        query_lengths, points_lengths: optional int ``(B,)`` ragged lengths.
+        query_lengths: optional int ``(B,)``; rows ``m >= query_lengths[b]`` are padding.
+        points_lengths: optional int ``(B,)``; only ``points[b, :points_lengths[b]]`` are searched.
         order: ``"distance"`` (nearest first) or ``"index"`` (first in index order).
-        query_offsets, points_offsets: packed layout (2-D inputs), as in
+        query_offsets: packed layout (2-D inputs), as in
             :func:`pcgeom.knn`; outputs ``(M_total, k)``, indices global.
+        points_offsets: the packed points' cumulative end offsets, as in :func:`pcgeom.knn`.
 
     Returns:
         ``KNNResult(dist2 (B, M, k), idx (B, M, k) int64)``; differentiable

@@ -28,19 +28,20 @@ def knn(query, points, k, *, query_lengths=None, points_lengths=None,
         query_lengths: optional int ``(B,)``; rows ``m >= query_lengths[b]`` are padding.
         points_lengths: optional int ``(B,)``; only ``points[b, :points_lengths[b]]``
             are searched.
-        query_offsets, points_offsets: the **packed** layout instead: 2-D
+        query_offsets: the **packed** layout instead: 2-D
             ``query (M_total, D)`` / ``points (N_total, D)`` with int ``(B,)``
             cumulative end offsets (Pointcept's ``offset``; ``None`` = one
             cloud).  Then ``dist2`` / ``idx`` are ``(M_total, k)`` and ``idx``
             is global into the packed ``points``; see :mod:`pcgeom.ops.packed`.
+        points_offsets: the packed points' int ``(B,)`` cumulative end offsets, as ``query_offsets``.
 
     Returns:
         ``KNNResult(dist2, idx)``:
 
         * ``dist2 (B, M, k)``: **squared** Euclidean distances, ascending, in the
-          dtype of the input.  They are computed as ``sum_d (q_d - p_d)**2``
-          (never the ``|a|^2+|b|^2-2ab`` expansion), accumulated in float32
-          (float64 for float64 input), so a point's distance to itself is exactly 0.
+            dtype of the input.  They are computed as ``sum_d (q_d - p_d)**2``
+            (never the ``|a|^2+|b|^2-2ab`` expansion), accumulated in float32
+            (float64 for float64 input), so a point's distance to itself is exactly 0.
         * ``idx (B, M, k)`` int64, 0-based indices into ``points[b]``.
 
         **Ties go to the lower index.**  NaN distances (NaN coordinates) rank
