@@ -16,6 +16,7 @@ from pcgeom.chamfer import chamfer_distance
 from pcgeom.features import fill_missing, group_features, interpolate_features
 from pcgeom.graph import edge_features, knn_graph, radius_graph
 from pcgeom.grid import GridSubsampleResult, grid_subsample
+from pcgeom.packed_features import aggregate_neighbors, batch_to_offsets, group_packed, interpolate_packed, offsets_to_batch
 from pcgeom.serialization import SerializedOrder, serialize
 # Submodules users reach as attributes (pcgeom.nn.KNNClassifier, pcgeom.metrics.add, ...).
 from pcgeom import compat, data, distributed, io, losses, metrics, nn  # noqa: E402
@@ -26,6 +27,7 @@ __all__ = [
     "GridSubsampleResult",
     "GroupLevel",
     "KNNResult",
+    "aggregate_neighbors", "batch_to_offsets", "group_packed", "interpolate_packed", "offsets_to_batch",
     "SerializedOrder",
     "backend_info",
     "ball_query",

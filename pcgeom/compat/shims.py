@@ -36,6 +36,8 @@ SHIMS: dict[str, str] = {
     "pointnet2_ops.pointnet2_modules": "pcgeom.compat.pointnet2_modules",
     "chamfer": "pcgeom.compat.chamfer_ext",
     "torch_cluster": "pcgeom.compat.torch_cluster",
+    "pointops": "pcgeom.compat.pointops",
+    "pointops_cuda": "pcgeom.compat.pointops_cuda",
 }
 
 PTH_NAME = "pcgeom-shims.pth"
