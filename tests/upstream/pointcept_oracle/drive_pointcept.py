@@ -44,11 +44,11 @@ if not torch.cuda.is_available():
     torch.cuda.IntTensor = torch.IntTensor
 
 
-def close(a, b, name, rel=2e-4):
+def close(a, b, name, rel=2e-4, floor=1e-7):
     a, b = a.detach().double(), b.detach().double()
     err = (a - b).norm().item()
     scale = b.norm().item()
-    if not err <= rel * scale + 1e-7:
+    if not err <= rel * scale + floor:
         raise AssertionError(f"{name}: |diff| {err:.3g} vs |ref| {scale:.3g}")
 
 
@@ -77,7 +77,7 @@ class Log:
 
         def call(*a, **kw):
             out = fn(*a, **kw)
-            if name in ("knn_query", "farthest_point_sampling", "knn_query_and_group"):
+            if name in ("knn_query", "farthest_point_sampling") or (name == "knn_query_and_group" and kw.get("idx") is None):
                 idx = out[1] if name == "knn_query_and_group" else (out[0] if isinstance(out, tuple) else out)
                 self._log.append((name, idx.detach().clone()))
             return out
@@ -120,7 +120,6 @@ def ref_pointops(log):
 
     def interpolation(xyz, new_xyz, feat, offset, new_offset, k=3):
         _, idx, w = K.interpolation(xyz, new_xyz, feat.detach(), offset, new_offset, k)
-        log.append(("knn_query", torch.as_tensor(idx).int()))
         i = torch.as_tensor(idx) % feat.shape[0]  # Python's feat[-1]
         return (feat[i] * torch.as_tensor(w).float()[..., None]).sum(1)
 
@@ -175,8 +174,11 @@ def check(model, module, data, name, swaps):
     close(out, rout, f"{name} output")
     close(gx, rgx, f"{name} d/d feat")
     assert gp.keys() == rgp.keys() and len(gp) > 10
+    # Gradients that cancel to ~0 (a bias feeding a batch norm) are float32 noise in both runs:
+    # they are held to a floor of 1e-5 of the whole gradient's norm.
+    floor = 1e-5 * torch.cat([g.flatten().double() for g in rgp.values()]).norm().item()
     for n in gp:
-        close(gp[n], rgp[n], f"{name} grad {n}", rel=1e-3)
+        close(gp[n], rgp[n], f"{name} grad {n}", rel=1e-3, floor=floor)
     return len(shim_log)
 
 
