@@ -17,6 +17,7 @@ from pcgeom.features import fill_missing, group_features, interpolate_features
 from pcgeom.graph import edge_features, knn_graph, radius_graph
 from pcgeom.grid import GridSubsampleResult, grid_subsample
 from pcgeom.packed_features import aggregate_neighbors, batch_to_offsets, group_packed, interpolate_packed, offsets_to_batch
+from pcgeom.segment import group_gather, group_reduce, segment_reduce
 from pcgeom.serialization import SerializedOrder, serialize
 # Submodules users reach as attributes (pcgeom.nn.KNNClassifier, pcgeom.metrics.add, ...).
 from pcgeom import compat, data, distributed, io, losses, metrics, nn  # noqa: E402
@@ -47,4 +48,5 @@ __all__ = [
     "radius_graph",
     "serialize",
     "unpack",
+    "group_gather", "group_reduce", "segment_reduce",  # pcgeom.segment
 ]

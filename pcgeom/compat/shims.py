@@ -38,6 +38,7 @@ SHIMS: dict[str, str] = {
     "torch_cluster": "pcgeom.compat.torch_cluster",
     "pointops": "pcgeom.compat.pointops",
     "pointops_cuda": "pcgeom.compat.pointops_cuda",
+    "torch_scatter": "pcgeom.compat.torch_scatter",
 }
 
 PTH_NAME = "pcgeom-shims.pth"

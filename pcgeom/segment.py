@@ -1,0 +1,365 @@
+"""Deterministic segment reductions: :func:`segment_reduce`, :func:`group_reduce`, :func:`group_gather`.
+
+Reductions of the rows of a tensor by group -- contiguous segments given by
+cumulative end offsets (pcgeom's packed convention), or an arbitrary group id
+per row -- with one answer on every device and every run:
+
+* rows are brought together by a **stable sort of the group ids** (skipped
+  when the ids are already sorted), never by atomic adds;
+* each group is then reduced by a **pairwise tree in a fixed order** (row
+  ``2j`` with row ``2j + 1`` of the same group, then again on the halves,
+  ``ceil(log2(longest group))`` vectorised rounds), built only from
+  elementwise torch ops, whose IEEE results do not depend on the device or
+  the thread schedule.  Pairwise summation is also more accurate than the
+  sequential or atomic order (error ``O(log n)`` instead of ``O(n)`` ulps);
+* ``min`` / ``max`` pick the **lowest row** among tied extremes
+  (``return_arg=True``), and their gradient flows to that row only;
+* the backward of :func:`group_gather` is :func:`group_reduce` ``"sum"``
+  (a plain ``index_select`` would scatter its gradient with atomics on CUDA).
+
+float16 / bfloat16 are accumulated in float32 and rounded once; float32,
+float64 and integers in their own dtype (integer sums wrap like torch's).
+
+These are the reductions behind :mod:`pcgeom.compat.torch_scatter` and the
+``"mean"`` / ``"nearest_to_center"`` reductions of :func:`pcgeom.grid_subsample`.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple, Union
+
+import torch
+
+from pcgeom import _validation as V
+
+REDUCTIONS = ("sum", "mean", "prod", "min", "max")
+
+_ACC = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+_INT = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+__all__ = ["REDUCTIONS", "group_gather", "group_reduce", "segment_reduce"]
+
+
+def _check_src(fn: str, src) -> None:
+    if not isinstance(src, torch.Tensor):
+        raise TypeError(f"{fn}: src must be a torch.Tensor, got {type(src).__name__}")
+    if src.dtype not in V.FLOAT_DTYPES and src.dtype not in _INT:
+        raise TypeError(f"{fn}: src must be a floating or integer tensor (float16/bfloat16/float32/float64, "
+                        f"int8/16/32/64, uint8), got {src.dtype}")
+
+
+def _check_reduce(fn: str, reduce) -> None:
+    if reduce not in REDUCTIONS:
+        raise ValueError(f"{fn}: reduce must be one of {REDUCTIONS}, got {reduce!r}")
+
+
+def _check_dim(fn: str, dim, ndim: int) -> int:
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"{fn}: dim must be an int, got {type(dim).__name__}")
+    if ndim == 0 or not -ndim <= dim < ndim:
+        raise ValueError(f"{fn}: dim must be in [{-max(ndim, 1)}, {max(ndim, 1) - 1}] for a {ndim}-d src, got {dim}")
+    return dim % ndim
+
+
+def _tree(x: torch.Tensor, seg: torch.Tensor, counts: torch.Tensor, op) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Reduces the rows of ``x`` (M, C), grouped contiguously (``seg`` (M,) sorted group ids, ``counts`` (S,)), pairwise.
+
+    Returns ``(values (G, C), groups (G,))``: one row per non-empty group, in
+    group order.  Row ``2j`` of a group is combined with row ``2j + 1`` (the
+    left operand first) until one row per group is left; the order depends
+    only on the group sizes, never on the device.
+    """
+    S = counts.shape[0]
+    dev = x.device
+    lens = counts
+    starts = torch.cumsum(counts, 0) - counts
+    pos = torch.arange(x.shape[0], device=dev) - starts[seg]
+    longest = int(counts.max()) if S and x.shape[0] else 0
+    cur = x
+    while longest > 1:
+        left = torch.nonzero(pos % 2 == 0)[:, 0]
+        has_right = (pos[left] + 1) < lens[seg[left]]
+        right = torch.where(has_right, left + 1, left)
+        a = cur.index_select(0, left)
+        b = cur.index_select(0, right)
+        cur = torch.where(has_right[:, None], op(a, b), a)
+        seg = seg[left]
+        pos = pos[left] // 2
+        lens = (lens + 1) // 2
+        longest = (longest + 1) // 2
+    return cur, seg
+
+
+def _grouped(fn: str, x: torch.Tensor, key: torch.Tensor, S: int, reduce: str, want_arg: bool,
+             is_sorted: Optional[bool] = None):
+    """Core: rows of ``x`` (M, C) by ``key`` (M,) int64 in [0, S) -> ((S, C) in x.dtype, arg (S, C) or None, counts (S,)).
+
+    Empty groups: 0 (``prod``: 1); ``arg`` is ``M`` there.
+    """
+    M, C = x.shape
+    dev = x.device
+    counts = torch.bincount(key, minlength=S) if M else torch.zeros(S, dtype=torch.int64, device=dev)
+    if counts.shape[0] > S:  # only with out-of-range keys, which callers exclude
+        raise ValueError(f"{fn}: group ids must be < {S}")
+    if reduce in ("min", "max"):
+        with torch.no_grad():
+            vals, arg = _extreme(x, key, counts, S, reduce, is_sorted)
+        if not want_arg and not x.requires_grad:
+            return vals, None, counts
+        # Differentiable values: the chosen rows themselves (gradient to the lowest tied row only).
+        xp = torch.cat([x, x.new_zeros((1, C))], 0)
+        out = torch.gather(xp, 0, arg)
+        return out, (arg if want_arg else None), counts
+    if is_sorted is None:
+        is_sorted = bool((key[1:] >= key[:-1]).all()) if M > 1 else True
+    xs, ks = _sorted(x, key, is_sorted)
+    acc = _ACC.get(x.dtype, x.dtype)
+    xs = xs.to(acc)
+    op = torch.mul if reduce == "prod" else torch.add
+    vals, groups = _tree(xs, ks, counts, op)
+    fill = 1 if reduce == "prod" else 0
+    out = torch.full((S, C), fill, dtype=acc, device=dev).index_copy(0, groups, vals)
+    if reduce == "mean":
+        n = counts.clamp(min=1)[:, None]
+        out = out / n.to(acc) if acc.is_floating_point else torch.div(out, n, rounding_mode="floor")
+    return out.to(x.dtype), None, counts
+
+
+def _sorted(x, key, is_sorted):
+    """Rows of ``x`` and their keys in stable key order."""
+    if is_sorted:
+        return x, key
+    ks, perm = torch.sort(key, stable=True)
+    return x.index_select(0, perm), ks
+
+
+def _extreme(x, key, counts, S, reduce, is_sorted):
+    """min/max values (S, C) and the lowest row attaining them (S, C); empty groups 0 / M."""
+    M, C = x.shape
+    dev = x.device
+    if is_sorted is None:
+        is_sorted = bool((key[1:] >= key[:-1]).all()) if M > 1 else True
+    xs, ks = _sorted(x, key, is_sorted)
+    op = torch.minimum if reduce == "min" else torch.maximum
+    vals, groups = _tree(xs, ks, counts, op)
+    out = torch.zeros((S, C), dtype=x.dtype, device=dev).index_copy(0, groups, vals)
+    arg = torch.full((S, C), M, dtype=torch.int64, device=dev)
+    if M:
+        at = out.index_select(0, key)
+        hit = (x == at) | (torch.isnan(x) & torch.isnan(at)) if x.is_floating_point() else x == at
+        rows = torch.arange(M, device=dev)[:, None].expand(M, C)
+        cand = torch.where(hit, rows, M)
+        arg.scatter_reduce_(0, key[:, None].expand(M, C), cand, "amin")
+    return out, arg
+
+
+def _to_rows(src: torch.Tensor, dim: int) -> torch.Tensor:
+    C = 1
+    for i, s in enumerate(src.shape):
+        if i != dim:
+            C *= s
+    return src.movedim(dim, 0).reshape(src.shape[dim], C)
+
+
+def _from_rows(rows: torch.Tensor, src_shape, dim: int) -> torch.Tensor:
+    shape = list(src_shape)
+    shape.pop(dim)
+    return rows.reshape([rows.shape[0]] + shape).movedim(0, dim)
+
+
+def group_reduce(src: torch.Tensor, index: torch.Tensor, num_groups: Optional[int] = None, reduce: str = "sum", *,
+                 dim: int = 0, return_arg: bool = False) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """Reduces the slices of ``src`` along ``dim`` by group id, deterministically.
+
+    ``out[..., g, ...] = reduce(src[..., i, ...] for i with index[i] == g)``
+    (``g`` at position ``dim``), computed by a stable sort of ``index`` and a
+    fixed-order pairwise tree per group (see :mod:`pcgeom.segment`): the same
+    bits on every device and every run, no atomics.
+
+    Args:
+        src: ``(..., N, ...)`` float16/bfloat16/float32/float64 or integer
+            tensor; ``N`` is ``src.shape[dim]``.
+        index: ``(N,)`` integer group id of every slice, in ``[0, num_groups)``
+            (any order).
+        num_groups: number of groups ``G``; default ``index.max() + 1``
+            (0 for empty ``index``).
+        reduce: ``"sum"``, ``"mean"``, ``"prod"``, ``"min"`` or ``"max"``.
+        dim: the dimension to reduce (default 0).
+        return_arg: with ``"min"`` / ``"max"``, also return the position along
+            ``dim`` of the chosen slice element.
+
+    Returns:
+        ``(..., G, ...)`` tensor in ``src``'s dtype.  Empty groups are 0
+        (``"prod"``: 1).  ``"mean"`` divides by the group size (integers:
+        floor division).  float16/bfloat16 accumulate in float32, rounded once.
+        With ``return_arg``: ``(values, arg)``, ``arg`` int64 of the same shape,
+        the **lowest** position attaining the extreme (NaN counts as equal to
+        NaN), ``N`` for empty groups.  Differentiable w.r.t. ``src`` (floating);
+        ``"min"`` / ``"max"`` route the gradient to ``arg`` only.
+
+    Raises:
+        TypeError: ``src`` / ``index`` of the wrong type or dtype.
+        ValueError: unknown ``reduce``, bad ``dim``, ``index`` of the wrong
+            shape or device, or values outside ``[0, num_groups)``.
+
+    Example:
+        >>> import torch, pcgeom
+        >>> x = torch.tensor([[1.0, 2], [3, 4], [5, 6]])
+        >>> pcgeom.group_reduce(x, torch.tensor([1, 0, 1]), 3, "sum").tolist()
+        [[3.0, 4.0], [6.0, 8.0], [0.0, 0.0]]
+        >>> v, a = pcgeom.group_reduce(x, torch.tensor([1, 0, 1]), reduce="max", return_arg=True)
+        >>> v.tolist(), a.tolist()
+        ([[3.0, 4.0], [5.0, 6.0]], [[1, 1], [2, 2]])
+    """
+    fn = "group_reduce"
+    _check_src(fn, src)
+    _check_reduce(fn, reduce)
+    d = _check_dim(fn, dim, src.dim())
+    N = src.shape[d]
+    if not isinstance(index, torch.Tensor) or index.dtype not in _INT:
+        raise TypeError(f"{fn}: index must be an integer tensor of shape ({N},), got "
+                        f"{index.dtype if isinstance(index, torch.Tensor) else type(index).__name__}")
+    if index.shape != (N,):
+        raise ValueError(f"{fn}: index must have shape ({N},) (src.shape[{dim}]), got {tuple(index.shape)}")
+    if index.device != src.device:
+        raise ValueError(f"{fn}: index must be on {src.device} like src, got {index.device}")
+    key = index.to(torch.int64)
+    lo, hi = (torch.stack([key.min(), key.max()]).tolist() if N else (0, -1))
+    if num_groups is None:
+        G = hi + 1
+    else:
+        G = V.check_int(fn, "num_groups", num_groups, 0)
+    if N and (lo < 0 or hi >= G):
+        raise ValueError(f"{fn}: index values must be in [0, {G}), got min {lo}, max {hi}")
+    rows = _to_rows(src, d)
+    out, arg, _ = _grouped(fn, rows, key, G, reduce, return_arg and reduce in ("min", "max"))
+    out = _from_rows(out, src.shape, d)
+    if return_arg and reduce in ("min", "max"):
+        return out, _from_rows(arg, src.shape, d)
+    return out
+
+
+def segment_reduce(src: torch.Tensor, offsets, reduce: str = "sum", *, dim: int = 0,
+                   return_arg: bool = False) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """Reduces contiguous segments of ``src`` along ``dim``, deterministically.
+
+    Segment ``b`` is ``src[offsets[b-1]:offsets[b]]`` along ``dim``
+    (``offsets[-1] = 0``): pcgeom's packed convention (Pointcept's
+    ``offset``).  The same fixed-order pairwise tree as :func:`group_reduce`,
+    without a sort.
+
+    Args:
+        src: ``(..., N, ...)`` float16/bfloat16/float32/float64 or integer tensor.
+        offsets: ``(B,)`` integer cumulative end offsets, non-decreasing,
+            ``offsets[-1] == N``; a segment may be empty.
+        reduce: ``"sum"``, ``"mean"``, ``"prod"``, ``"min"`` or ``"max"``.
+        dim: the dimension to reduce (default 0).
+        return_arg: with ``"min"`` / ``"max"``, also return the absolute position
+            along ``dim`` of the chosen element.
+
+    Returns:
+        ``(..., B, ...)`` tensor in ``src``'s dtype (empty segments 0,
+        ``"prod"``: 1), or ``(values, arg)`` as in :func:`group_reduce`
+        (``arg`` is ``N`` for empty segments).
+
+    Raises:
+        TypeError: wrong types or dtypes.
+        ValueError: unknown ``reduce``, bad ``dim``, offsets not non-decreasing
+            or not ending at ``N``.
+
+    Example:
+        >>> import torch, pcgeom
+        >>> x = torch.tensor([1.0, 2, 3, 4, 5])
+        >>> pcgeom.segment_reduce(x, torch.tensor([2, 2, 5]), "mean").tolist()
+        [1.5, 0.0, 4.0]
+    """
+    from pcgeom.ops.packed import offsets_arg
+
+    fn = "segment_reduce"
+    _check_src(fn, src)
+    _check_reduce(fn, reduce)
+    d = _check_dim(fn, dim, src.dim())
+    N = src.shape[d]
+    off = offsets_arg(fn, "offsets", offsets, N, src.device)
+    B = off.shape[0]
+    key = torch.searchsorted(off, torch.arange(N, device=src.device), right=True)
+    rows = _to_rows(src, d)
+    want = return_arg and reduce in ("min", "max")
+    out, arg, _ = _grouped(fn, rows, key, B, reduce, want, is_sorted=True)
+    out = _from_rows(out, src.shape, d)
+    if want:
+        return out, _from_rows(arg, src.shape, d)
+    return out
+
+
+class _GatherRows(torch.autograd.Function):
+    """``x.index_select(0, idx)`` whose backward is the deterministic group sum."""
+
+    @staticmethod
+    def forward(ctx, x, idx):
+        ctx.save_for_backward(idx)
+        ctx.n = x.shape[0]
+        return x.index_select(0, idx)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (idx,) = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return None, None
+        g, _, _ = _grouped("group_gather", grad.contiguous(), idx, ctx.n, "sum", False)
+        return g, None
+
+
+def gather_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``x (S, C)`` rows at ``idx (M,)`` int64 (validated by the caller), deterministic backward."""
+    if x.requires_grad and torch.is_grad_enabled():
+        return _GatherRows.apply(x, idx)
+    return x.index_select(0, idx)
+
+
+def group_gather(src: torch.Tensor, index: torch.Tensor, *, dim: int = 0) -> torch.Tensor:
+    """Broadcasts per-group values back to the rows: ``src.index_select(dim, index)``, deterministic backward.
+
+    The inverse companion of :func:`group_reduce`: ``out[..., i, ...] =
+    src[..., index[i], ...]``.  The forward is an ``index_select``; the
+    backward sums the gradients of the rows of each group with
+    :func:`group_reduce` (``"sum"``) instead of atomic adds, so gradients are
+    identical run to run on CUDA too.
+
+    Args:
+        src: ``(..., G, ...)`` tensor (any dtype; gradients for floating).
+        index: ``(M,)`` integer group ids in ``[0, G)``.
+        dim: the dimension of ``src`` indexed (default 0).
+
+    Returns:
+        ``(..., M, ...)`` tensor in ``src``'s dtype.
+
+    Raises:
+        TypeError: ``index`` not an integer tensor.
+        ValueError: bad ``dim``, ``index`` not 1-D or on another device, or
+            values outside ``[0, G)``.
+
+    Example:
+        >>> import torch, pcgeom
+        >>> pcgeom.group_gather(torch.tensor([10.0, 20.0]), torch.tensor([1, 0, 1])).tolist()
+        [20.0, 10.0, 20.0]
+    """
+    fn = "group_gather"
+    if not isinstance(src, torch.Tensor):
+        raise TypeError(f"{fn}: src must be a torch.Tensor, got {type(src).__name__}")
+    d = _check_dim(fn, dim, src.dim())
+    G = src.shape[d]
+    if not isinstance(index, torch.Tensor) or index.dtype not in _INT:
+        raise TypeError(f"{fn}: index must be an integer tensor of shape (M,), got "
+                        f"{index.dtype if isinstance(index, torch.Tensor) else type(index).__name__}")
+    if index.dim() != 1:
+        raise ValueError(f"{fn}: index must have shape (M,), got {tuple(index.shape)}")
+    if index.device != src.device:
+        raise ValueError(f"{fn}: index must be on {src.device} like src, got {index.device}")
+    key = index.to(torch.int64)
+    if key.numel():
+        lo, hi = torch.stack([key.min(), key.max()]).tolist()
+        if lo < 0 or hi >= G:
+            raise ValueError(f"{fn}: index values must be in [0, {G}), got min {lo}, max {hi}")
+    rows = _to_rows(src, d)
+    return _from_rows(gather_rows(rows, key), src.shape, d)
