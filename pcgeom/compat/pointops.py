@@ -93,6 +93,7 @@ from pcgeom.ops import farthest_point_sample as _pc_fps
 from pcgeom.ops import knn as _pc_knn
 from pcgeom.ops import knn_gather as _knn_gather
 from pcgeom.ops.packed import offsets_arg
+from pcgeom.segment import group_reduce
 from pcgeom.packed_features import aggregate_neighbors, batch_to_offsets, group_packed, offsets_to_batch
 
 __version__ = "1.0"
@@ -703,8 +704,9 @@ def attention_fusion_step(weight, value, index_target, index_refer):
         index_refer: ``(m,)`` int rows of ``value``.
 
     Returns:
-        ``(n, g, c)``, differentiable w.r.t. ``weight`` and ``value``.  Sums are
-        deterministic on CPU (``index_add``; on CUDA in atomic order, like the kernel).
+        ``(n, g, c)``, differentiable w.r.t. ``weight`` and ``value``.  The sums
+        are :func:`pcgeom.group_reduce`'s fixed-order ones: the same bits on
+        every device and run (the kernel adds atomically, in no fixed order).
 
     Example:
         >>> import torch
@@ -728,7 +730,7 @@ def attention_fusion_step(weight, value, index_target, index_refer):
     if it.shape[0] != weight.shape[0]:
         raise ValueError(f"{fn}: weight must have shape ({it.shape[0]}, g) like index_target, got {V._shape(weight)}")
     contrib = weight.unsqueeze(-1) * value.index_select(0, ir)
-    return contrib.new_zeros(value.shape).index_add(0, it, contrib)
+    return group_reduce(contrib, it, value.shape[0], "sum")
 
 
 # --------------------------------------------------------------------------- helpers of functions/utils.py

@@ -30,11 +30,15 @@ def knn_query(nsample, xyz, offset, new_xyz=None, new_offset=None, pad="minus_on
     The kernel keeps a max-heap of nsample (d2, idx) initialised to (1e10, -1)
     (POSTECH: (1e10, start)), admits a point when d2 < heap top and heap-sorts
     at the end; on tie-free data that is the ascending order written here.
-    Returns ``(idx (m, nsample) int64, dist2 (m, nsample) float64)``.
+    Returns ``(idx (m, nsample) int64, dist2 (m, nsample) float64)``.  For float32 input d2
+    is formed in float32 as the kernel does (``dx*dx + dy*dy + dz*dz``, left to right), so
+    near-coincident points get the kernel's distances, not exact ones.
     """
     if new_xyz is None or new_offset is None:
         new_xyz, new_offset = xyz, offset
     x, q = _np(xyz), _np(new_xyz)
+    if getattr(xyz, "dtype", None) is not None and str(xyz.dtype).endswith("float32"):
+        x, q = x.astype(np.float32), q.astype(np.float32)
     idx = np.full((q.shape[0], nsample), -1, dtype=np.int64)
     d2 = np.full((q.shape[0], nsample), 1e10)
     for (s, e), (qs, qe) in zip(_ranges(offset), _ranges(new_offset)):
@@ -44,7 +48,9 @@ def knn_query(nsample, xyz, offset, new_xyz=None, new_offset=None, pad="minus_on
             idx[qs:qe] = s
         if e == s:
             continue
-        d = ((q[qs:qe, None, :] - x[None, s:e, :]) ** 2).sum(-1)
+        diff = q[qs:qe, None, :] - x[None, s:e, :]
+        sq = diff * diff
+        d = ((sq[..., 0] + sq[..., 1]) + sq[..., 2]).astype(np.float64)
         order = np.argsort(d, axis=1, kind="stable")[:, :nsample]
         dd = np.take_along_axis(d, order, 1)
         ok = dd < 1e10
