@@ -4,7 +4,7 @@ Two workloads:
 
 * ``step`` -- one training step (forward + ``loss.backward()``) of the unmodified
   ``PointTransformerV2`` (PT-v2m2, vendored in ``tests/upstream/pointcept``) on
-  a packed batch of two clouds of ``--points`` points each (a 6 x 6 x 3 m box,
+  a packed batch of two clouds of ``--points`` points each (a 2 x 2 x 1 m box,
   Pointcept's default grid sizes), twice with the same weights:
 
   - ``shims``: ``pointops`` / ``torch_scatter`` / ``torch_cluster`` served by
@@ -137,7 +137,7 @@ def bench_step(points, repeats):
     model = m.PointTransformerV2(in_channels=6, num_classes=13)
     model.train()
     g = torch.Generator().manual_seed(0)
-    coord = torch.rand(2 * points, 3, generator=g) * torch.tensor([6.0, 6.0, 3.0])
+    coord = torch.rand(2 * points, 3, generator=g) * torch.tensor([2.0, 2.0, 1.0])
     feat = torch.rand(2 * points, 6, generator=g)
     offset = torch.tensor([points, 2 * points])
     originals = {k: getattr(m, k) for k in ("pointops", "segment_csr", "voxel_grid")}
