@@ -16,6 +16,7 @@ from pcgeom.chamfer import chamfer_distance
 from pcgeom.features import fill_missing, group_features, interpolate_features
 from pcgeom.graph import edge_features, knn_graph, radius_graph
 from pcgeom.grid import GridSubsampleResult, grid_subsample
+from pcgeom.packed_features import aggregate_neighbors, batch_to_offsets, group_packed, interpolate_packed, offsets_to_batch
 from pcgeom.segment import group_gather, group_reduce, segment_reduce
 from pcgeom.serialization import SerializedOrder, serialize
 from pcgeom.normals import NormalsResult, estimate_normals
@@ -30,6 +31,7 @@ __all__ = [
     "GroupLevel",
     "KNNResult",
     "NormalsResult",
+    "aggregate_neighbors", "batch_to_offsets", "group_packed", "interpolate_packed", "offsets_to_batch",
     "SerializedOrder",
     "backend_info",
     "ball_query",

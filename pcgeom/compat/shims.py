@@ -35,6 +35,8 @@ SHIMS: dict[str, str] = {
     "pointnet2_ops.pointnet2_modules": "pcgeom.compat.pointnet2_modules",
     "chamfer": "pcgeom.compat.chamfer_ext",
     "torch_cluster": "pcgeom.compat.torch_cluster",
+    "pointops": "pcgeom.compat.pointops",
+    "pointops_cuda": "pcgeom.compat.pointops_cuda",
     "torch_scatter": "pcgeom.compat.torch_scatter",
     "simple_knn": "pcgeom.compat.simple_knn",
     "simple_knn._C": "pcgeom.compat.simple_knn",

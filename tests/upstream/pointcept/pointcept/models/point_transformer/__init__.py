@@ -1,0 +1,1 @@
+# added (not upstream): upstream also imports the part-segmentation and classification variants.
