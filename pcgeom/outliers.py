@@ -163,7 +163,10 @@ def remove_statistical_outliers(points, k, std_ratio, *, lengths=None, offsets=N
         points: padded ``(B, N, D)`` or packed ``(N_total, D)`` floating tensor.
         k: ``nb_neighbors``, an int >= 1 (the point itself is one of them).
         std_ratio: float > 0.
-        lengths / offsets: ragged padded or packed batches, as in :func:`pcgeom.knn`.
+        lengths: optional int ``(B,)`` valid-row counts for ragged padded
+            ``(B, N, D)`` input, as in :func:`pcgeom.knn`.
+        offsets: optional int ``(B,)`` cumulative end offsets for ragged packed
+            ``(N_total, D)`` input, as in :func:`pcgeom.knn`.
 
     Returns:
         bool ``(B, N)`` or ``(N_total,)`` keep-mask; padding rows are False.
@@ -217,7 +220,10 @@ def remove_radius_outliers(points, radius, min_neighbors, *, lengths=None, offse
         points: padded ``(B, N, D)`` or packed ``(N_total, D)`` floating tensor.
         radius: float > 0 (not NaN).
         min_neighbors: ``nb_points``, an int >= 1.
-        lengths / offsets: ragged padded or packed batches, as in :func:`pcgeom.knn`.
+        lengths: optional int ``(B,)`` valid-row counts for ragged padded
+            ``(B, N, D)`` input, as in :func:`pcgeom.knn`.
+        offsets: optional int ``(B,)`` cumulative end offsets for ragged packed
+            ``(N_total, D)`` input, as in :func:`pcgeom.knn`.
 
     Returns:
         bool ``(B, N)`` or ``(N_total,)`` keep-mask; padding rows are False.

@@ -50,8 +50,9 @@ def offsets_to_batch(offsets, n_total: int | None = None) -> torch.Tensor:
         for the rows of cloud ``b``.  No gradient.
 
     Raises:
-        TypeError / ValueError: offsets that are not an integer ``(B,)`` tensor,
-        decrease, or do not end at ``n_total``.
+        TypeError: offsets that are not an integer tensor.
+        ValueError: offsets that are not of shape ``(B,)`` with ``B >= 1``,
+            decrease, or do not end at ``n_total``.
 
     Example:
         >>> import torch, pcgeom
@@ -214,8 +215,10 @@ def interpolate_packed(query, points, features, k: int = 3, *, query_offsets=Non
         points: ``(N, D)`` tensor of the same dtype and device, where they are known.
         features: ``(N, C)`` floating tensor on the same device.
         k: neighbours to blend, an int >= 1 (Point Transformer uses 3).
-        query_offsets, points_offsets: int ``(B,)`` cumulative end offsets of
-            the clouds of ``query`` and ``points`` (``None``: one cloud).
+        query_offsets: int ``(B,)`` cumulative end offsets of the clouds of
+            ``query`` (``None``: one cloud).
+        points_offsets: int ``(B,)`` cumulative end offsets of the clouds of
+            ``points`` (``None``: one cloud).
         eps: float > 0 added to each distance.
 
     Returns:

@@ -13,6 +13,10 @@ import torch
 # Keep inductor's cache inside a temp folder, not the user's home.
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".inductor-cache"))
 
+# tests/upstream/pyg is driven by tests/test_pyg.py in its own interpreters (one per PyG version); the main run
+# must not even import its conftest.py, which would shadow this module as `conftest` for `from conftest import ...`.
+collect_ignore = ["upstream/pyg"]
+
 # The op suite: run a second time on the pure-torch path (scripts/test.sh, -m ops).
 OP_TEST_FILES = {
     "test_knn.py", "test_ball_query.py", "test_knn_gather.py", "test_farthest_point_sample.py",

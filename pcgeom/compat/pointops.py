@@ -213,8 +213,9 @@ def knn_query(nsample, xyz, offset, new_xyz=None, new_offset=None):
         distances in the dtype of ``xyz``, ``1e5`` at ``-1``.  No gradient.
 
     Raises:
-        ValueError / TypeError: offsets not non-decreasing or not ending at the
-        row count, ``nsample < 1``, non-float coordinates, mixed devices.
+        ValueError: offsets not non-decreasing or not ending at the row count,
+            ``nsample < 1``, mixed devices.
+        TypeError: non-float coordinates.
 
     Example:
         >>> import torch
@@ -287,8 +288,15 @@ def ball_query(nsample, max_radius, min_radius, xyz, offset, new_xyz=None, new_o
 
     Args:
         nsample: int >= 1 (no cap on the candidates).
-        max_radius, min_radius: floats, ``0 <= min_radius < max_radius``.
-        xyz, offset, new_xyz, new_offset: as in :func:`knn_query`.
+        max_radius: float, the shell's outer radius (exclusive),
+            ``max_radius > min_radius``.
+        min_radius: float, the shell's inner radius (inclusive),
+            ``0 <= min_radius < max_radius``.
+        xyz: ``(n, 3)`` floating coordinates, clouds packed by ``offset``.
+        offset: int ``(b,)`` cumulative end offsets of ``xyz`` (``offset[-1] == n``).
+        new_xyz: ``(m, 3)`` query coordinates; ``None`` (or ``new_offset=None``)
+            queries ``xyz`` itself.
+        new_offset: int ``(b,)`` cumulative end offsets of ``new_xyz``.
 
     Returns:
         ``(idx (m, nsample) int32, dist (m, nsample))``, true Euclidean
@@ -329,8 +337,16 @@ def random_ball_query(nsample, max_radius, min_radius, xyz, offset, new_xyz=None
     meets, in that order, padded with ``-1`` / ``1e5``.
 
     Args:
-        nsample, max_radius, min_radius, xyz, offset, new_xyz, new_offset: as in
+        nsample: int >= 1, the candidates kept per query, as in :func:`ball_query`.
+        max_radius: float, the shell's outer radius (exclusive), as in
             :func:`ball_query`.
+        min_radius: float, the shell's inner radius (inclusive),
+            ``0 <= min_radius < max_radius``, as in :func:`ball_query`.
+        xyz: ``(n, 3)`` floating coordinates, clouds packed by ``offset``.
+        offset: int ``(b,)`` cumulative end offsets of ``xyz`` (``offset[-1] == n``).
+        new_xyz: ``(m, 3)`` query coordinates; ``None`` (or ``new_offset=None``)
+            queries ``xyz`` itself.
+        new_offset: int ``(b,)`` cumulative end offsets of ``new_xyz``.
 
     Returns:
         ``(idx (m, nsample) int32, dist (m, nsample))``.  No gradient.
@@ -527,7 +543,8 @@ def interpolation(xyz, new_xyz, feat, offset, new_offset, k=3):
         xyz: ``(n, 3)`` coordinates where ``feat`` is known, packed by ``offset``.
         new_xyz: ``(m, 3)`` coordinates where features are wanted, packed by ``new_offset``.
         feat: ``(n, c)`` floating features.
-        offset, new_offset: int ``(b,)`` cumulative end offsets.
+        offset: int ``(b,)`` cumulative end offsets of ``xyz``.
+        new_offset: int ``(b,)`` cumulative end offsets of ``new_xyz``.
         k: neighbours to blend (default 3).
 
     Returns:
@@ -559,8 +576,12 @@ def interpolation2(xyz, new_xyz, input, offset, new_offset, k=3):
     """The autograd-Function form of :func:`interpolation`; ``idx = -1`` slots contribute 0.
 
     Args:
-        xyz, new_xyz, offset, new_offset, k: as in :func:`interpolation`.
+        xyz: ``(n, 3)`` coordinates where ``input`` is known, packed by ``offset``.
+        new_xyz: ``(m, 3)`` coordinates where features are wanted, packed by ``new_offset``.
         input: ``(n, c)`` floating features.
+        offset: int ``(b,)`` cumulative end offsets of ``xyz``.
+        new_offset: int ``(b,)`` cumulative end offsets of ``new_xyz``.
+        k: neighbours to blend (default 3).
 
     Returns:
         ``(m, c)``, differentiable w.r.t. ``input`` only (as the original).
@@ -741,8 +762,12 @@ def knn_query_and_group(feat, xyz, offset=None, new_xyz=None, new_offset=None, i
     """:func:`knn_query` (unless ``idx`` is given) followed by :func:`grouping`.
 
     Args:
-        feat: ``(n, c)`` features; xyz: ``(n, 3)``; offset: int ``(b,)``
-            (``None``: one cloud); new_xyz, new_offset: the queries (default: self).
+        feat: ``(n, c)`` features.
+        xyz: ``(n, 3)`` coordinates.
+        offset: int ``(b,)`` cumulative end offsets of ``xyz`` (``None``: one cloud).
+        new_xyz: ``(m, 3)`` query coordinates (default: ``xyz`` itself).
+        new_offset: int ``(b,)`` cumulative end offsets of ``new_xyz``
+            (default: self-query).
         idx: precomputed ``(m, nsample)`` indices, or ``None``.
         nsample: neighbours to query (required without ``idx``).
         with_xyz: prepend the relative coordinates.
@@ -770,10 +795,23 @@ def ball_query_and_group(feat, xyz, offset=None, new_xyz=None, new_offset=None, 
     """:func:`ball_query` (unless ``idx`` is given) followed by :func:`grouping`.
 
     Args:
-        feat, xyz, offset, new_xyz, new_offset, idx, with_xyz: as in
-            :func:`knn_query_and_group` (``offset`` required without ``idx``).
-        max_radio, min_radio: the ball's radii (the original's spelling).
+        feat: ``(n, c)`` features, as in :func:`knn_query_and_group`.
+        xyz: ``(n, 3)`` coordinates, as in :func:`knn_query_and_group`.
+        offset: int ``(b,)`` cumulative end offsets of ``xyz`` (required
+            without ``idx``).
+        new_xyz: ``(m, 3)`` query coordinates (default: ``xyz`` itself), as in
+            :func:`knn_query_and_group`.
+        new_offset: int ``(b,)`` cumulative end offsets of ``new_xyz``
+            (default: self-query), as in :func:`knn_query_and_group`.
+        idx: precomputed ``(m, nsample)`` indices, or ``None``, as in
+            :func:`knn_query_and_group`.
+        max_radio: the ball's outer radius, ``max_radius`` of :func:`ball_query`
+            (the original's spelling; required without ``idx``).
+        min_radio: the ball's inner radius, ``min_radius`` of :func:`ball_query`
+            (the original's spelling; default 0).
         nsample: neighbours to keep (required without ``idx``).
+        with_xyz: prepend the relative coordinates, as in
+            :func:`knn_query_and_group`.
 
     Returns:
         ``(grouped (m, nsample, [3 +] c), idx (m, nsample) int32)``.
@@ -807,10 +845,12 @@ def query_and_group(nsample, xyz, new_xyz, feat, idx, offset, new_offset, dilati
 
     Args:
         nsample: int >= 1.
-        xyz: ``(n, 3)``; new_xyz: ``(m, 3)`` or ``None`` (= ``xyz``).
+        xyz: ``(n, 3)`` coordinates.
+        new_xyz: ``(m, 3)`` query coordinates, or ``None`` (= ``xyz``).
         feat: ``(n, c)`` features (may be ``None`` with ``with_feat=False``).
         idx: precomputed ``(m, nsample)`` indices, or ``None``.
-        offset, new_offset: int ``(b,)`` cumulative end offsets.
+        offset: int ``(b,)`` cumulative end offsets of ``xyz``.
+        new_offset: int ``(b,)`` cumulative end offsets of ``new_xyz``.
         dilation: int >= 0.
         with_feat: ``False`` returns only ``idx``.
         with_xyz: prepend ``xyz[idx] - new_xyz``.

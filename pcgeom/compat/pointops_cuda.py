@@ -160,7 +160,8 @@ def furthestsampling_cuda(b, n_max, xyz, offset, new_offset, tmp, idx=None, *ext
         b: number of clouds (``offset.numel()``).
         n_max: the largest cloud size (used by the kernel for its launch only).
         xyz: ``(n, 3)`` coordinates.
-        offset, new_offset: int ``(b,)`` cumulative end offsets of the points / samples.
+        offset: int ``(b,)`` cumulative end offsets of the points (``xyz``).
+        new_offset: int ``(b,)`` cumulative end offsets of the samples.
         tmp: ``(n,)`` scratch (not written).
         idx: ``(m,)`` int32 output, ``m = new_offset[-1]``.
 
@@ -192,8 +193,10 @@ def knnquery_cuda(m, nsample, xyz, new_xyz, offset, new_offset, idx, dist2):
     Args:
         m: number of queries (rows of ``new_xyz``).
         nsample: int >= 1.
-        xyz: ``(n, 3)`` points; new_xyz: ``(m, 3)`` queries.
-        offset, new_offset: int ``(b,)`` cumulative end offsets.
+        xyz: ``(n, 3)`` points.
+        new_xyz: ``(m, 3)`` queries.
+        offset: int ``(b,)`` cumulative end offsets of ``xyz``.
+        new_offset: int ``(b,)`` cumulative end offsets of ``new_xyz``.
         idx: ``(m, nsample)`` int32 output: global rows, nearest first, ties to
             the lower index; missing neighbours are the cloud's first row.
         dist2: ``(m, nsample)`` float output: squared distances, ``1e10`` where missing.

@@ -344,7 +344,8 @@ def radius(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor] = None, bat
         y: ``(M, F)`` (or ``(M,)``) queries.
         r: radius; ``x_j`` is a neighbour of ``y_i`` when ``|x_j - y_i|**2 < r*r``
             (open ball, ``r*r`` rounded to the input dtype, as torch_cluster).
-        batch_x, batch_y: optional sorted int cloud ids.
+        batch_x: optional sorted int cloud id of each row of ``x``.
+        batch_y: optional sorted int cloud id of each row of ``y``.
         max_num_neighbors: at most this many neighbours per query.
         num_workers: ignored.
         batch_size: the number of clouds; computed when None.
@@ -550,8 +551,9 @@ def nearest(x: Tensor, y: Tensor, batch_x: Optional[Tensor] = None, batch_y: Opt
     Args:
         x: ``(N, F)`` queries.
         y: ``(M, F)`` candidates.
-        batch_x, batch_y: optional sorted int cloud ids; every cloud of ``x``
-            must have points in ``y`` (ValueError otherwise).
+        batch_x: optional sorted int cloud id of each row of ``x``; every
+            cloud of ``x`` must have points in ``y`` (ValueError otherwise).
+        batch_y: optional sorted int cloud id of each row of ``y``.
 
     Returns:
         ``(N,)`` int64 indices into ``y``, ties to the lower index.
@@ -859,7 +861,8 @@ def random_walk(row: Tensor, col: Tensor, start: Tensor, walk_length: int, p: fl
     A walk at a node without out-edges stays there (edge index -1).
 
     Args:
-        row, col: ``(E,)`` int64 edges ``row -> col``.
+        row: ``(E,)`` int64 source node of each edge ``row -> col``.
+        col: ``(E,)`` int64 target node of each edge.
         start: ``(S,)`` int64 start nodes.
         walk_length: steps per walk (>= 0).
         p: return parameter (a step back to the previous node weighs ``1/p``).

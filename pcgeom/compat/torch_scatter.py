@@ -655,8 +655,9 @@ def gather_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Ten
         The gradient w.r.t. ``src`` is a deterministic segment sum.
 
     Raises:
-        TypeError / ValueError: as :func:`segment_csr`; ``src.size(dim)`` must
-        be ``indptr.size(-1) - 1``.
+        TypeError: as :func:`segment_csr`.
+        ValueError: as :func:`segment_csr`; ``src.size(dim)`` must be
+            ``indptr.size(-1) - 1``.
 
     Example:
         >>> import torch
@@ -755,8 +756,9 @@ def segment_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None, dim_si
         The reduced tensor; slots no index names are 0 when ``out`` is not given.
 
     Raises:
-        TypeError / ValueError: wrong types, unknown ``reduce``, ``index`` out
-        of range or not broadcastable, ``out`` of the wrong shape.
+        TypeError: wrong types.
+        ValueError: unknown ``reduce``, ``index`` out of range or not
+            broadcastable, ``out`` of the wrong shape.
 
     Example:
         >>> import torch
@@ -818,8 +820,9 @@ def gather_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None) -> Tens
         ``(..., E, ...)`` tensor; the gradient w.r.t. ``src`` is a deterministic sum.
 
     Raises:
-        TypeError / ValueError: wrong types, ``index`` out of range or not
-        broadcastable, ``out`` of the wrong shape.
+        TypeError: wrong types.
+        ValueError: ``index`` out of range or not broadcastable, ``out`` of
+            the wrong shape.
 
     Example:
         >>> import torch
