@@ -39,6 +39,7 @@ CUDA_SOURCES = {
     "knn_gather": "knn_gather/knn_gather_cuda.cu",
     "knn_gather_backward": "knn_gather/knn_gather_cuda.cu",
     "farthest_point_sample": "farthest_point_sample/farthest_point_sample_cuda.cu",
+    "pca_normals": "pca_normals/pca_normals_cuda.cu",
 }
 
 needs_sources = pytest.mark.skipif(not CSRC.is_dir(), reason=f"source tree not found at {ROOT}")

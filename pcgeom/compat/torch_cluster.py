@@ -75,6 +75,7 @@ or ``pcgeom compat enable`` / :func:`pcgeom.compat.enable_shims`.
 
 import importlib.machinery
 import math
+import os
 from typing import List, Optional, Tuple, Union
 
 import torch
@@ -1020,6 +1021,28 @@ def _has_op(name: str) -> bool:
     return True
 
 
+def _real_torch_cluster_installed() -> bool:
+    """Whether a compiled torch_cluster package is on ``sys.path``.
+
+    A real install ships its native libraries (``_version_cpu.so``, ...) beside its
+    ``__init__.py``; a folder that merely has the name (the vendored upstream tests
+    in pcgeom's own tree, a source checkout) does not, and must not stop the
+    stand-in from defining the operators.
+    """
+    spec = importlib.machinery.PathFinder.find_spec("torch_cluster")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    for folder in spec.submodule_search_locations:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        if any(n.startswith("_version") and n.endswith(suffixes) for n in names):
+            return True
+    return False
+
+
 def _register_ops() -> List[str]:
     """Defines the missing ``torch.ops.torch_cluster.*`` operators; returns their names.
 
@@ -1027,7 +1050,7 @@ def _register_ops() -> List[str]:
     ``sys.path``): its library defines them when it is imported.
     """
     global _LIB
-    if importlib.machinery.PathFinder.find_spec("torch_cluster") is not None:
+    if _real_torch_cluster_installed():
         return []
     missing = [name for name in _OPS if not _has_op(name)]
     if not missing:
