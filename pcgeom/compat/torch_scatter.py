@@ -270,6 +270,20 @@ def _finish(fn: str, plan: _Plan, src: Tensor, reduce: str, out: Optional[Tensor
     return out, arg
 
 
+def _plan_for(fn: str, full_index: Tensor, dim: int, index: Tensor, src: Tensor, out: Optional[Tensor],
+              dim_size: Optional[int]) -> "_Plan":
+    """The group count (``out``'s size, else ``dim_size``, else ``index.max() + 1``), the range check, the plan."""
+    if out is not None:
+        _check_out(fn, out, src, dim)
+        N = out.shape[dim]
+    elif dim_size is not None:
+        N = V.check_int(fn, "dim_size", dim_size, 0)
+    else:
+        N = int(index.max()) + 1 if index.numel() else 0
+    _range_check(fn, "index", index, N)
+    return _Plan(full_index, dim, N)
+
+
 @torch.jit.ignore
 def _scatter(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional[int],
              reduce: str) -> Tuple[Tensor, Tensor]:
@@ -280,15 +294,7 @@ def _scatter(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_si
     _check_index(fn, "index", index, src)
     d = _norm_dim(fn, dim, src.dim())
     idx = _broadcast(fn, "index", index, list(src.shape), d)
-    if out is not None:
-        _check_out(fn, out, src, d)
-        N = out.shape[d]
-    elif dim_size is not None:
-        N = V.check_int(fn, "dim_size", dim_size, 0)
-    else:
-        N = int(index.max()) + 1 if index.numel() else 0
-    _range_check(fn, "index", index, N)
-    plan = _Plan(idx, d, N)
+    plan = _plan_for(fn, idx, d, index, src, out, dim_size)
     return _with_arg(_finish(fn, plan, src, reduce, out, "floor"))
 
 
@@ -692,15 +698,7 @@ def _segment_coo(src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Op
     if reduce not in _SEG_REDUCE:
         raise ValueError(f"segment_coo: reduce must be one of {_SEG_REDUCE}, got {reduce!r}")
     full, dim = _coo_index(fn, index, src)
-    if out is not None:
-        _check_out(fn, out, src, dim)
-        N = out.shape[dim]
-    elif dim_size is not None:
-        N = V.check_int(fn, "dim_size", dim_size, 0)
-    else:
-        N = int(index.max()) + 1 if index.numel() else 0
-    _range_check(fn, "index", index, N)
-    plan = _Plan(full, dim, N)
+    plan = _plan_for(fn, full, dim, index, src, out, dim_size)
     return _with_arg(_finish(fn, plan, src, "sum" if reduce == "add" else reduce, out, "trunc"))
 
 
@@ -923,15 +921,7 @@ def _logsumexp(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_
     _check_index(fn, "index", index, src)
     d = _norm_dim(fn, dim, src.dim())
     idx = _broadcast(fn, "index", index, list(src.shape), d)
-    if out is not None:
-        _check_out(fn, out, src, d)
-        N = out.shape[d]
-    elif dim_size is not None:
-        N = V.check_int(fn, "dim_size", dim_size, 0)
-    else:
-        N = int(index.max()) + 1 if index.numel() else 0
-    _range_check(fn, "index", index, N)
-    plan = _Plan(idx, d, N)
+    plan = _plan_for(fn, idx, d, index, src, out, dim_size)
     shape = plan.out_shape()
     mx = torch.full(shape, float("-inf"), dtype=src.dtype, device=src.device)
     mx, _ = _finish(fn, plan, src, "max", mx, "floor")
@@ -987,15 +977,7 @@ def _std(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_size: 
     _check_index(fn, "index", index, src)
     d = _norm_dim(fn, dim, src.dim())
     idx = _broadcast(fn, "index", index, list(src.shape), d)
-    if out is not None:
-        _check_out(fn, out, src, d)
-        N = out.shape[d]
-    elif dim_size is not None:
-        N = V.check_int(fn, "dim_size", dim_size, 0)
-    else:
-        N = int(index.max()) + 1 if index.numel() else 0
-    _range_check(fn, "index", index, N)
-    plan = _Plan(idx, d, N)
+    plan = _plan_for(fn, idx, d, index, src, out, dim_size)
     tot, _, counts = _reduce_plan(fn, plan, src, "sum", False)
     count = _counts_like(plan, counts, tot).to(src.dtype).clamp(min=1)
     mean = tot / count
