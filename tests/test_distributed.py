@@ -495,7 +495,9 @@ def test_group_under_torchrun_killed_rank_then_rerun(tmp_path):
             run.kill()
             run.communicate()
     assert run.returncode != 0
-    partial = _outputs(out)
+    # A SIGKILLed rank cannot remove the hidden temp folder of the file it was writing: that folder is never an
+    # output name, and the rerun below must clear it.
+    partial = {k: v for k, v in _outputs(out).items() if ".pcgeom-partial" not in k}
     assert set(partial) < set(ref)  # unfinished, and nothing half-written under an output name
     for name, value in partial.items():  # every output present is complete and final
         if name.endswith(".pt"):
