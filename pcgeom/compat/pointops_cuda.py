@@ -36,12 +36,37 @@ instead); errors name the argument.  Float32 outputs as in the original;
 other float dtypes are accepted when inputs and outputs agree.  The sums are
 deterministic on CPU (``index_add_``).
 
-PointWeb (hszhao/PointWeb) ships a different, batched ``(B, N, 3)``
-extension under the same module name (``ballquery_cuda``,
-``gathering_forward_cuda``, ``featuredistribute_cuda``, ... and batched
-variants of the names above).  It is **not served**: its calls are
-recognised by their argument counts and types and rejected with an error
-that says so, never answered with the wrong semantics.
+PointWeb (hszhao/PointWeb) ships a different, batched extension under the
+same module name: padded ``(B, N, 3)`` clouds, channel-first ``(B, C, N)``
+features.  It is **served too** (implemented in ``pcgeom.compat._pointweb``):
+
+* PointWeb-only names: ``ballquery_cuda``, ``gathering_forward_cuda`` /
+  ``gathering_backward_cuda``, ``grouping_int_forward_cuda``,
+  ``nearestneighbor_cuda``, ``featuredistribute_cuda``,
+  ``featuregather_forward_cuda`` / ``featuregather_backward_cuda``,
+  ``labelstat_idx_cuda``, ``labelstat_ballrange_cuda``,
+  ``labelstat_and_ballquery_cuda``;
+* the six names both extensions have (``furthestsampling_cuda``,
+  ``knnquery_cuda``, ``grouping_forward_cuda`` / ``grouping_backward_cuda``,
+  ``interpolation_forward_cuda`` / ``interpolation_backward_cuda``) dispatch
+  per call: by argument count, and for ``knnquery_cuda`` (8 arguments in
+  both) by the third argument, POSTECH's tensor ``xyz`` or PointWeb's int
+  ``m``.  A call that fits neither raises a TypeError naming both
+  signatures; a PointWeb-shaped call whose tensors do not fit raises
+  :class:`PointWebArgumentError` (a ValueError, also a TypeError).
+
+PointWeb's kernels are pointnet2's with changes, reproduced as written:
+FPS starts at index 0 **without** pointnet2's near-origin skip, resolves
+equal maxima like its block reduction (up to 1024 threads) and updates the
+caller's ``temp``; ball query is strict ``d2 < radius**2`` in float32 with
+first-hit padding and leaves empty balls **untouched**; KNN and
+``nearestneighbor_cuda`` give squared distances, ties to the lower index,
+index 0 where points run out; ``knnquery_cuda`` writes only the first
+``nsample`` entries of ``dist2`` (the kernel never offsets that pointer --
+pcgeom writes the first centre's, the kernel a racing thread's);
+``featuredistribute_cuda`` gives -1 beyond ``d2 >= 1e5``;
+``interpolation_forward_cuda`` writes where POSTECH's adds.  Every
+size, index range, dtype and device is checked, errors name the argument.
 
 Example:
     >>> import torch
@@ -56,92 +81,54 @@ Example:
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from pcgeom import _validation as V
+from pcgeom.compat import _pointweb as _pw
 from pcgeom.compat import pointops as _po
+from pcgeom.compat._pointweb import _feat, _idx, _int, _out, _write
+from pcgeom.compat._pointweb import (  # PointWeb's functions that POSTECH's extension does not have
+    ballquery_cuda,
+    featuredistribute_cuda,
+    featuregather_backward_cuda,
+    featuregather_forward_cuda,
+    gathering_backward_cuda,
+    gathering_forward_cuda,
+    grouping_int_forward_cuda,
+    labelstat_and_ballquery_cuda,
+    labelstat_ballrange_cuda,
+    labelstat_idx_cuda,
+    nearestneighbor_cuda,
+)
 from pcgeom.ops import knn as _pc_knn
 from pcgeom.ops.packed import offsets_arg
 
 __all__ = [
+    "PointWebArgumentError",
     "aggregation_backward_cuda",
     "aggregation_forward_cuda",
+    "ballquery_cuda",
+    "featuredistribute_cuda",
+    "featuregather_backward_cuda",
+    "featuregather_forward_cuda",
     "furthestsampling_cuda",
+    "gathering_backward_cuda",
+    "gathering_forward_cuda",
     "grouping_backward_cuda",
     "grouping_forward_cuda",
+    "grouping_int_forward_cuda",
     "interpolation_backward_cuda",
     "interpolation_forward_cuda",
     "knnquery_cuda",
+    "labelstat_and_ballquery_cuda",
+    "labelstat_ballrange_cuda",
+    "labelstat_idx_cuda",
+    "nearestneighbor_cuda",
     "subtraction_backward_cuda",
     "subtraction_forward_cuda",
 ]
-
-_POINTWEB = ("pointops_cuda.{fn}: this call has the signature of PointWeb's batched (B, N, 3) extension, "
-             "which pcgeom does not serve (only POSTECH point-transformer's packed pointops_cuda is served)")
-
-
-def _int(fn, name, v, minimum=0):
-    if isinstance(v, torch.Tensor):
-        if v.numel() != 1:
-            raise TypeError(f"{fn}: {name} must be an int, got a tensor of shape {V._shape(v)}")
-        v = int(v)
-    return V.check_int(fn, name, v, minimum=minimum)
-
-
-def _out(fn, name, t, shape, ref_device, dtype=None):
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{fn}: {name} must be a preallocated torch.Tensor of shape {shape}, got {type(t).__name__}")
-    if tuple(t.shape) != tuple(shape) and t.numel() != _numel(shape):
-        raise ValueError(f"{fn}: {name} must have shape {tuple(shape)}, got {V._shape(t)}")
-    if t.device != ref_device:
-        raise ValueError(f"{fn}: {name} must be on {ref_device}, got {t.device}")
-    if dtype is not None and t.dtype != dtype:
-        raise TypeError(f"{fn}: {name} must be {dtype}, got {t.dtype}")
-    if dtype is None and t.dtype not in V.FLOAT_DTYPES:
-        raise TypeError(f"{fn}: {name} must be a floating tensor, got {t.dtype}")
-    return t.view(shape) if t.is_contiguous() else t
-
-
-def _numel(shape):
-    n = 1
-    for s in shape:
-        n *= s
-    return n
-
-
-def _write(dst, value, accumulate=False):
-    """Writes into the caller's tensor (``copy_`` / ``add_``), whatever its memory layout."""
-    with torch.no_grad():
-        if accumulate:
-            dst.add_(value.to(dst.dtype).view(dst.shape))
-        else:
-            dst.copy_(value.view(dst.shape))
-
-
-def _feat(fn, name, t, shape):
-    V.check_tensor(fn, name, t, len(shape), "(" + ", ".join(str(s) for s in shape) + ")")
-    if t.dtype not in V.FLOAT_DTYPES:
-        raise TypeError(f"{fn}: {name} must be a floating tensor, got {t.dtype}")
-    for i, s in enumerate(shape):
-        if s is not None and t.shape[i] != s:
-            raise ValueError(f"{fn}: {name} must have shape {tuple(shape)}, got {V._shape(t)}")
-
-
-def _idx(fn, name, idx, shape, n, device):
-    if not isinstance(idx, torch.Tensor) or idx.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"{fn}: {name} must be an int32 tensor of shape {shape}, got "
-                        f"{idx.dtype if isinstance(idx, torch.Tensor) else type(idx).__name__}")
-    if idx.numel() != _numel(shape):
-        raise ValueError(f"{fn}: {name} must have shape {shape}, got {V._shape(idx)}")
-    if idx.device != device:
-        raise ValueError(f"{fn}: {name} must be on {device}, got {idx.device}")
-    idx = idx.reshape(shape).long()
-    if idx.numel():
-        lo, hi = torch.stack([idx.min(), idx.max()]).tolist()
-        if lo < 0 or hi >= n:
-            raise ValueError(f"{fn}: {name} values must be in [0, {n}) (rows of the input), got min {lo}, max {hi}")
-    return idx
-
 
 def _tile(weight, c):
     """``(n, s, w_c)`` -> ``(n, s, c)`` with channel ``c`` reading ``weight[..., c % w_c]``."""
@@ -153,7 +140,7 @@ def _tile(weight, c):
 # --------------------------------------------------------------------------- sampling / query
 
 
-def furthestsampling_cuda(b, n_max, xyz, offset, new_offset, tmp, idx=None, *extra):
+def _furthestsampling_postech(b, n_max, xyz, offset, new_offset, tmp, idx):
     """Writes farthest point samples of each packed cloud into ``idx (m,)`` int32.
 
     Args:
@@ -164,20 +151,11 @@ def furthestsampling_cuda(b, n_max, xyz, offset, new_offset, tmp, idx=None, *ext
         new_offset: int ``(b,)`` cumulative end offsets of the samples.
         tmp: ``(n,)`` scratch (not written).
         idx: ``(m,)`` int32 output, ``m = new_offset[-1]``.
-
-    Example:
-        >>> import torch
-        >>> from pcgeom.compat import pointops_cuda
-        >>> xyz = torch.tensor([[0.0, 0, 0], [1, 0, 0], [4, 0, 0]])
-        >>> idx = torch.zeros(2, dtype=torch.int32)
-        >>> pointops_cuda.furthestsampling_cuda(1, 3, xyz, torch.tensor([3], dtype=torch.int32),
-        ...                                     torch.tensor([2], dtype=torch.int32), torch.zeros(3), idx)
-        >>> idx.tolist()
-        [0, 2]
     """
     fn = "furthestsampling_cuda"
-    if idx is None or extra or not isinstance(xyz, torch.Tensor) or xyz.dim() != 2:
-        raise TypeError(_POINTWEB.format(fn=fn))
+    if not isinstance(xyz, torch.Tensor) or xyz.dim() != 2:
+        raise ValueError(f"{fn}: xyz must have shape (n, 3) (packed clouds), got "
+                         f"{V._shape(xyz) if isinstance(xyz, torch.Tensor) else type(xyz).__name__}")
     b = _int(fn, "b", b, 1)
     if not isinstance(offset, torch.Tensor) or offset.numel() != b:
         raise ValueError(f"{fn}: offset must have b={b} entries, got "
@@ -187,7 +165,7 @@ def furthestsampling_cuda(b, n_max, xyz, offset, new_offset, tmp, idx=None, *ext
     _write(idx, res)
 
 
-def knnquery_cuda(m, nsample, xyz, new_xyz, offset, new_offset, idx, dist2):
+def _knnquery_postech(m, nsample, xyz, new_xyz, offset, new_offset, idx, dist2):
     """Writes the ``nsample`` nearest points (POSTECH's padding) into ``idx`` / ``dist2``.
 
     Args:
@@ -200,20 +178,8 @@ def knnquery_cuda(m, nsample, xyz, new_xyz, offset, new_offset, idx, dist2):
         idx: ``(m, nsample)`` int32 output: global rows, nearest first, ties to
             the lower index; missing neighbours are the cloud's first row.
         dist2: ``(m, nsample)`` float output: squared distances, ``1e10`` where missing.
-
-    Example:
-        >>> import torch
-        >>> from pcgeom.compat import pointops_cuda
-        >>> xyz = torch.tensor([[0.0, 0, 0], [2, 0, 0]])
-        >>> off = torch.tensor([2], dtype=torch.int32)
-        >>> idx = torch.zeros(2, 3, dtype=torch.int32); d2 = torch.zeros(2, 3)
-        >>> pointops_cuda.knnquery_cuda(2, 3, xyz, xyz, off, off, idx, d2)
-        >>> idx.tolist(), d2[1].tolist()
-        ([[0, 1, 0], [1, 0, 0]], [0.0, 4.0, 10000000000.0])
     """
     fn = "knnquery_cuda"
-    if not isinstance(xyz, torch.Tensor):  # PointWeb: (b, n, m, nsample, xyz, new_xyz, idx, dist2)
-        raise TypeError(_POINTWEB.format(fn=fn))
     m = _int(fn, "m", m)
     nsample = _int(fn, "nsample", nsample, 1)
     if new_xyz is None:
@@ -246,21 +212,10 @@ def knnquery_cuda(m, nsample, xyz, new_xyz, offset, new_offset, idx, dist2):
 # --------------------------------------------------------------------------- feature ops
 
 
-def grouping_forward_cuda(m, nsample, c, input, idx, output, *extra):
+def _grouping_forward_postech(m, nsample, c, input, idx, output):
     """Writes ``output[i, j] = input[idx[i, j]]`` ``(m, nsample, c)``; ``idx`` in ``[0, n)``.
-
-    Example:
-        >>> import torch
-        >>> from pcgeom.compat import pointops_cuda
-        >>> out = torch.zeros(1, 2, 1)
-        >>> pointops_cuda.grouping_forward_cuda(1, 2, 1, torch.tensor([[3.0], [4.0]]),
-        ...                                     torch.tensor([[1, 0]], dtype=torch.int32), out)
-        >>> out.flatten().tolist()
-        [4.0, 3.0]
     """
     fn = "grouping_forward_cuda"
-    if extra or not isinstance(input, torch.Tensor):  # PointWeb: (b, c, n, m, nsample, points, idx, out)
-        raise TypeError(_POINTWEB.format(fn=fn))
     m, nsample, c = _int(fn, "m", m), _int(fn, "nsample", nsample, 1), _int(fn, "c", c)
     _feat(fn, "input", input, (None, c))
     i = _idx(fn, "idx", idx, (m, nsample), input.shape[0], input.device)
@@ -268,21 +223,10 @@ def grouping_forward_cuda(m, nsample, c, input, idx, output, *extra):
     _write(out, input.index_select(0, i.reshape(-1)))
 
 
-def grouping_backward_cuda(m, nsample, c, grad_output, idx, grad_input, *extra):
+def _grouping_backward_postech(m, nsample, c, grad_output, idx, grad_input):
     """Adds the gradient of :func:`grouping_forward_cuda` into ``grad_input (n, c)``.
-
-    Example:
-        >>> import torch
-        >>> from pcgeom.compat import pointops_cuda
-        >>> g = torch.zeros(2, 1)
-        >>> pointops_cuda.grouping_backward_cuda(1, 2, 1, torch.ones(1, 2, 1),
-        ...                                      torch.tensor([[1, 1]], dtype=torch.int32), g)
-        >>> g.flatten().tolist()
-        [0.0, 2.0]
     """
     fn = "grouping_backward_cuda"
-    if extra or not isinstance(grad_output, torch.Tensor):
-        raise TypeError(_POINTWEB.format(fn=fn))
     m, nsample, c = _int(fn, "m", m), _int(fn, "nsample", nsample, 1), _int(fn, "c", c)
     _feat(fn, "grad_output", grad_output, (m, nsample, c))
     _feat(fn, "grad_input", grad_input, (None, c))
@@ -292,21 +236,10 @@ def grouping_backward_cuda(m, nsample, c, grad_output, idx, grad_input, *extra):
         out.index_add_(0, i.reshape(-1), grad_output.reshape(-1, c).to(out.dtype))
 
 
-def interpolation_forward_cuda(n, c, k, input, idx, weight, output, *extra):
+def _interpolation_forward_postech(n, c, k, input, idx, weight, output):
     """Adds ``sum_j input[idx[i, j]] * weight[i, j]`` into ``output (n, c)``.
-
-    Example:
-        >>> import torch
-        >>> from pcgeom.compat import pointops_cuda
-        >>> out = torch.zeros(1, 1)
-        >>> pointops_cuda.interpolation_forward_cuda(1, 1, 2, torch.tensor([[2.0], [4.0]]),
-        ...     torch.tensor([[0, 1]], dtype=torch.int32), torch.tensor([[0.5, 0.5]]), out)
-        >>> out.item()
-        3.0
     """
     fn = "interpolation_forward_cuda"
-    if extra or not isinstance(input, torch.Tensor):  # PointWeb: (b, c, m, n, points, idx, weight, out)
-        raise TypeError(_POINTWEB.format(fn=fn))
     n, c, k = _int(fn, "n", n), _int(fn, "c", c), _int(fn, "k", k, 1)
     _feat(fn, "input", input, (None, c))
     _feat(fn, "weight", weight, (n, k))
@@ -316,21 +249,10 @@ def interpolation_forward_cuda(n, c, k, input, idx, weight, output, *extra):
     _write(out, (g * weight.unsqueeze(-1)).sum(1), accumulate=True)
 
 
-def interpolation_backward_cuda(n, c, k, grad_output, idx, weight, grad_input, *extra):
+def _interpolation_backward_postech(n, c, k, grad_output, idx, weight, grad_input):
     """Adds the gradient of :func:`interpolation_forward_cuda` into ``grad_input (m, c)``.
-
-    Example:
-        >>> import torch
-        >>> from pcgeom.compat import pointops_cuda
-        >>> g = torch.zeros(2, 1)
-        >>> pointops_cuda.interpolation_backward_cuda(1, 1, 2, torch.ones(1, 1),
-        ...     torch.tensor([[0, 1]], dtype=torch.int32), torch.tensor([[0.25, 0.75]]), g)
-        >>> g.flatten().tolist()
-        [0.25, 0.75]
     """
     fn = "interpolation_backward_cuda"
-    if extra or not isinstance(grad_output, torch.Tensor):
-        raise TypeError(_POINTWEB.format(fn=fn))
     n, c, k = _int(fn, "n", n), _int(fn, "c", c), _int(fn, "k", k, 1)
     _feat(fn, "grad_output", grad_output, (n, c))
     _feat(fn, "weight", weight, (n, k))
@@ -442,3 +364,185 @@ def aggregation_backward_cuda(n, nsample, c, w_c, input, position, weight, idx, 
         vals = input.index_select(0, i.reshape(-1)).view(n, nsample, c) + position
         ch = torch.arange(c, device=input.device) % w_c
         gw.index_add_(2, ch, (go * vals).to(gw.dtype))
+
+
+# --------------------------------------------------------------------------- the names POSTECH and PointWeb share
+
+_SIGNATURES = {
+    "furthestsampling_cuda": ("(b, n_max, xyz, offset, new_offset, tmp, idx)", "(b, n, m, points, temp, idx)"),
+    "knnquery_cuda": ("(m, nsample, xyz, new_xyz, offset, new_offset, idx, dist2)",
+                      "(b, n, m, nsample, xyz, new_xyz, idx, dist2)"),
+    "grouping_forward_cuda": ("(m, nsample, c, input, idx, output)", "(b, c, n, m, nsample, points, idx, out)"),
+    "grouping_backward_cuda": ("(m, nsample, c, grad_output, idx, grad_input)",
+                               "(b, c, n, m, nsample, grad_out, idx, grad_points)"),
+    "interpolation_forward_cuda": ("(n, c, k, input, idx, weight, output)", "(b, c, m, n, points, idx, weight, out)"),
+    "interpolation_backward_cuda": ("(n, c, k, grad_output, idx, weight, grad_input)",
+                                    "(b, c, n, m, grad_out, idx, weight, grad_points)"),
+}
+
+
+class PointWebArgumentError(ValueError, TypeError):
+    """A call with PointWeb's signature whose tensors or sizes do not fit (a ValueError).
+
+    Also a TypeError: on the names POSTECH and PointWeb share, such a call may
+    have been meant for the other signature (and pcgeom < the PointWeb
+    stand-in rejected every PointWeb call with a TypeError).
+    """
+
+
+def _is_int(v):
+    if isinstance(v, torch.Tensor):
+        return v.dim() == 0 and not v.is_floating_point() and not v.is_complex()
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _dispatch(fn, args, kwargs, postech, pointweb):
+    """POSTECH's or PointWeb's function, by argument count and, where the counts agree, the third argument."""
+    pt, pw = _SIGNATURES[fn]
+    n_pt, n_pw = pt.count(",") + 1, pw.count(",") + 1
+    family = None
+    if not kwargs:
+        if len(args) == n_pt == n_pw:  # knnquery_cuda: POSTECH passes the tensor xyz third, PointWeb the int m
+            family = postech if isinstance(args[2], torch.Tensor) and args[2].dim() > 0 else (
+                pointweb if _is_int(args[2]) else None)
+        elif len(args) == n_pt:
+            family = postech
+        elif len(args) == n_pw:
+            family = pointweb
+    if family is None:
+        got = ", ".join(type(a).__name__ for a in args) + (f"; keywords {sorted(kwargs)}" if kwargs else "")
+        raise TypeError(f"pointops_cuda.{fn}: takes POSTECH point-transformer's {fn}{pt} or PointWeb's "
+                        f"{fn}{pw}, positional only like the compiled extension; got {len(args)} "
+                        f"arguments ({got})")
+    if family is postech:
+        return postech(*args)
+    try:
+        return pointweb(*args)
+    except ValueError as exc:
+        if isinstance(exc, TypeError):
+            raise
+        raise PointWebArgumentError(*exc.args) from None
+
+
+def furthestsampling_cuda(*args, **kwargs):
+    """Farthest point sampling into a preallocated ``idx``: POSTECH's packed or PointWeb's batched signature.
+
+    * POSTECH ``(b, n_max, xyz (n, 3), offset (b,), new_offset (b,), tmp, idx (m,))``:
+      per cloud from its first point, ties to the lowest index (``tmp`` untouched).
+    * PointWeb ``(b, n, m, points (b, n, 3), temp (b, n), idx (b, m))``: from
+      index 0 with the kernel's block-reduction tie rule, ``temp`` updated
+      (see PointWeb's section of the module docstring).
+
+    Example:
+        >>> import torch
+        >>> from pcgeom.compat import pointops_cuda
+        >>> xyz = torch.tensor([[0.0, 0, 0], [1, 0, 0], [4, 0, 0]])
+        >>> idx = torch.zeros(2, dtype=torch.int32)
+        >>> pointops_cuda.furthestsampling_cuda(1, 3, xyz, torch.tensor([3], dtype=torch.int32),
+        ...                                     torch.tensor([2], dtype=torch.int32), torch.zeros(3), idx)
+        >>> idx.tolist()
+        [0, 2]
+        >>> idx = torch.zeros(1, 2, dtype=torch.int32)
+        >>> pointops_cuda.furthestsampling_cuda(1, 3, 2, xyz[None], torch.full((1, 3), 1e10), idx)
+        >>> idx.tolist()
+        [[0, 2]]
+    """
+    return _dispatch("furthestsampling_cuda", args, kwargs, _furthestsampling_postech, _pw.furthestsampling_cuda)
+
+
+def knnquery_cuda(*args, **kwargs):
+    """K nearest neighbours into preallocated ``idx`` / ``dist2``: POSTECH's packed or PointWeb's batched signature.
+
+    * POSTECH ``(m, nsample, xyz (n, 3), new_xyz (m, 3), offset, new_offset,
+      idx (m, nsample), dist2 (m, nsample))``: squared distances ascending,
+      ties to the lower index, missing neighbours = the cloud's first point
+      with ``dist2 = 1e10``.
+    * PointWeb ``(b, n, m, nsample, xyz (b, n, 3), new_xyz (b, m, 3),
+      idx (b, m, nsample), dist2)``: ties to the lower index, missing
+      neighbours index 0; only the first ``nsample`` entries of ``dist2`` are
+      written, as the kernel does.
+
+    Told apart by the third argument: the tensor ``xyz`` (POSTECH) or the int ``m`` (PointWeb).
+
+    Example:
+        >>> import torch
+        >>> from pcgeom.compat import pointops_cuda
+        >>> xyz = torch.tensor([[0.0, 0, 0], [2, 0, 0]])
+        >>> off = torch.tensor([2], dtype=torch.int32)
+        >>> idx = torch.zeros(2, 3, dtype=torch.int32); d2 = torch.zeros(2, 3)
+        >>> pointops_cuda.knnquery_cuda(2, 3, xyz, xyz, off, off, idx, d2)
+        >>> idx.tolist(), d2[1].tolist()
+        ([[0, 1, 0], [1, 0, 0]], [0.0, 4.0, 10000000000.0])
+        >>> idx = torch.zeros(1, 2, 3, dtype=torch.int32); d2 = torch.zeros(1, 2, 3)
+        >>> pointops_cuda.knnquery_cuda(1, 2, 2, 3, xyz[None], xyz[None], idx, d2)
+        >>> idx.tolist()
+        [[[0, 1, 0], [1, 0, 0]]]
+    """
+    return _dispatch("knnquery_cuda", args, kwargs, _knnquery_postech, _pw.knnquery_cuda)
+
+
+def grouping_forward_cuda(*args, **kwargs):
+    """Feature grouping into a preallocated output: POSTECH ``(m, nsample, c, input (n, c), idx, output (m, nsample, c))``
+    or PointWeb ``(b, c, n, m, nsample, points (b, c, n), idx (b, m, nsample), out (b, c, m, nsample))``; both write.
+
+    Example:
+        >>> import torch
+        >>> from pcgeom.compat import pointops_cuda
+        >>> out = torch.zeros(1, 2, 1)
+        >>> pointops_cuda.grouping_forward_cuda(1, 2, 1, torch.tensor([[3.0], [4.0]]),
+        ...                                     torch.tensor([[1, 0]], dtype=torch.int32), out)
+        >>> out.flatten().tolist()
+        [4.0, 3.0]
+    """
+    return _dispatch("grouping_forward_cuda", args, kwargs, _grouping_forward_postech, _pw.grouping_forward_cuda)
+
+
+def grouping_backward_cuda(*args, **kwargs):
+    """Adds the grouping gradient: POSTECH ``(m, nsample, c, grad_output, idx, grad_input (n, c))`` or
+    PointWeb ``(b, c, n, m, nsample, grad_out (b, c, m, nsample), idx, grad_points (b, c, n))``.
+
+    Example:
+        >>> import torch
+        >>> from pcgeom.compat import pointops_cuda
+        >>> g = torch.zeros(2, 1)
+        >>> pointops_cuda.grouping_backward_cuda(1, 2, 1, torch.ones(1, 2, 1),
+        ...                                      torch.tensor([[1, 1]], dtype=torch.int32), g)
+        >>> g.flatten().tolist()
+        [0.0, 2.0]
+    """
+    return _dispatch("grouping_backward_cuda", args, kwargs, _grouping_backward_postech, _pw.grouping_backward_cuda)
+
+
+def interpolation_forward_cuda(*args, **kwargs):
+    """Weighted neighbour sums: POSTECH ``(n, c, k, input (m, c), idx (n, k), weight (n, k), output (n, c))``
+    **adds** into ``output``; PointWeb ``(b, c, m, n, points (b, c, m), idx (b, n, 3), weight (b, n, 3),
+    out (b, c, n))`` **writes** it.
+
+    Example:
+        >>> import torch
+        >>> from pcgeom.compat import pointops_cuda
+        >>> out = torch.zeros(1, 1)
+        >>> pointops_cuda.interpolation_forward_cuda(1, 1, 2, torch.tensor([[2.0], [4.0]]),
+        ...     torch.tensor([[0, 1]], dtype=torch.int32), torch.tensor([[0.5, 0.5]]), out)
+        >>> out.item()
+        3.0
+    """
+    return _dispatch("interpolation_forward_cuda", args, kwargs, _interpolation_forward_postech,
+                     _pw.interpolation_forward_cuda)
+
+
+def interpolation_backward_cuda(*args, **kwargs):
+    """Adds the interpolation gradient: POSTECH ``(n, c, k, grad_output, idx, weight, grad_input (m, c))`` or
+    PointWeb ``(b, c, n, m, grad_out (b, c, n), idx (b, n, 3), weight (b, n, 3), grad_points (b, c, m))``.
+
+    Example:
+        >>> import torch
+        >>> from pcgeom.compat import pointops_cuda
+        >>> g = torch.zeros(2, 1)
+        >>> pointops_cuda.interpolation_backward_cuda(1, 1, 2, torch.ones(1, 1),
+        ...     torch.tensor([[0, 1]], dtype=torch.int32), torch.tensor([[0.25, 0.75]]), g)
+        >>> g.flatten().tolist()
+        [0.25, 0.75]
+    """
+    return _dispatch("interpolation_backward_cuda", args, kwargs, _interpolation_backward_postech,
+                     _pw.interpolation_backward_cuda)
