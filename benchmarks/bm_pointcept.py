@@ -29,6 +29,7 @@ Two workloads:
 Times: best and median of ``--repeats`` runs after a warm-up.  Usage::
 
     python benchmarks/bm_pointcept.py [--points 40000] [--repeats 3] [--workload step|knn|all]
+                                       [--device cpu|cuda] [--out RESULTS.md]
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ def knn_query_torch(nsample, xyz, offset, new_xyz=None, new_offset=None, chunk=2
     if new_xyz is None or new_offset is None:
         new_xyz, new_offset = xyz, offset
     off, noff = [0] + offset.tolist(), [0] + new_offset.tolist()
-    idx = torch.full((new_xyz.shape[0], nsample), -1, dtype=torch.long)
-    dist = torch.full((new_xyz.shape[0], nsample), 1e5)
+    idx = torch.full((new_xyz.shape[0], nsample), -1, dtype=torch.long, device=new_xyz.device)
+    dist = torch.full((new_xyz.shape[0], nsample), 1e5, device=new_xyz.device)
     for b in range(len(off) - 1):
         p = xyz[off[b]:off[b + 1]]
         k = min(nsample, p.shape[0])
@@ -87,7 +88,7 @@ def grouping_torch(idx, feat, xyz, new_xyz=None, with_xyz=False):  # Pointcept's
 
 
 def segment_csr_torch(src, indptr, reduce="sum"):
-    seg = torch.repeat_interleave(torch.arange(indptr.numel() - 1), torch.diff(indptr))
+    seg = torch.repeat_interleave(torch.arange(indptr.numel() - 1, device=src.device), torch.diff(indptr))
     red = {"sum": "sum", "mean": "mean", "min": "amin", "max": "amax"}[reduce]
     out = src.new_zeros((indptr.numel() - 1,) + tuple(src.shape[1:]))
     return out.scatter_reduce(0, seg.view(-1, *([1] * (src.dim() - 1))).expand_as(src), src, red, include_self=False)
@@ -95,10 +96,10 @@ def segment_csr_torch(src, indptr, reduce="sum"):
 
 def voxel_grid_torch(pos, size, batch, start=None, end=None):
     p = torch.cat([pos, batch.to(pos.dtype)[:, None]], 1)
-    sz = torch.tensor([float(size)] * pos.shape[1] + [1.0], dtype=pos.dtype)
+    sz = torch.tensor([float(size)] * pos.shape[1] + [1.0], dtype=pos.dtype, device=pos.device)
     nv = (p.max(0).values / sz).long() + 1
     v = (p / sz).long()
-    mult = torch.cat([torch.ones(1, dtype=torch.long), torch.cumprod(nv, 0)[:-1]])
+    mult = torch.cat([torch.ones(1, dtype=torch.long, device=pos.device), torch.cumprod(nv, 0)[:-1]])
     return (v * mult).sum(1)
 
 
@@ -109,22 +110,29 @@ def stats(ts):
     return min(ts), statistics.median(ts)
 
 
+def now(device):
+    """perf_counter after the device's queued work is done (CUDA runs asynchronously)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 class Timed:
     """Wraps callables and accumulates their wall time (forward calls)."""
 
-    def __init__(self):
-        self.t = 0.0
+    def __init__(self, device):
+        self.t, self.device = 0.0, device
 
     def wrap(self, fn):
         def call(*a, **kw):
-            t0 = time.perf_counter()
+            t0 = now(self.device)
             out = fn(*a, **kw)
-            self.t += time.perf_counter() - t0
+            self.t += now(self.device) - t0
             return out
         return call
 
 
-def bench_step(points, repeats):
+def bench_step(points, repeats, device):
     sys.path.insert(0, os.path.join(UP, "pointcept"))
     sys.path.append(os.path.join(UP, "_standins"))
     import pcgeom.compat
@@ -138,17 +146,17 @@ def bench_step(points, repeats):
     from pointcept.models.point_transformer_v2 import point_transformer_v2m2_base as m
 
     torch.manual_seed(0)
-    model = m.PointTransformerV2(in_channels=6, num_classes=13)
+    model = m.PointTransformerV2(in_channels=6, num_classes=13).to(device)
     model.train()
     g = torch.Generator().manual_seed(0)
-    coord = torch.rand(2 * points, 3, generator=g) * torch.tensor([2.0, 2.0, 1.0])
-    feat = torch.rand(2 * points, 6, generator=g)
-    offset = torch.tensor([points, 2 * points])
+    coord = (torch.rand(2 * points, 3, generator=g) * torch.tensor([2.0, 2.0, 1.0])).to(device)
+    feat = torch.rand(2 * points, 6, generator=g).to(device)
+    offset = torch.tensor([points, 2 * points], device=device)
     originals = {k: getattr(m, k) for k in ("pointops", "segment_csr", "voxel_grid")}
     torch_ops = types.SimpleNamespace(knn_query=knn_query_torch, grouping=grouping_torch)
 
     def run(variant):
-        timer = Timed()
+        timer = Timed(device)
         if variant == "shims":
             po = types.SimpleNamespace(knn_query=timer.wrap(originals["pointops"].knn_query),
                                        grouping=timer.wrap(originals["pointops"].grouping))
@@ -157,10 +165,10 @@ def bench_step(points, repeats):
             po = types.SimpleNamespace(knn_query=timer.wrap(torch_ops.knn_query), grouping=timer.wrap(torch_ops.grouping))
             m.pointops, m.segment_csr, m.voxel_grid = po, timer.wrap(segment_csr_torch), timer.wrap(voxel_grid_torch)
         model.zero_grad()
-        t0 = time.perf_counter()
+        t0 = now(device)
         out = model({"coord": coord, "feat": feat, "offset": offset})
         out.square().mean().backward()
-        total = time.perf_counter() - t0
+        total = now(device) - t0
         for k, v in originals.items():
             setattr(m, k, v)
         return total, timer.t, out.detach()
@@ -174,23 +182,24 @@ def bench_step(points, repeats):
             tot, ops, _ = run(v)
             res[v][0].append(tot)
             res[v][1].append(ops)
-    return res
+    return res, agree
 
 
-def bench_knn(repeats, torch_fraction):
+def bench_knn(repeats, torch_fraction, device):
     from pcgeom.compat import pointops
 
     g = torch.Generator().manual_seed(1)
     sizes = [50_000, 150_000, 80_000, 120_000, 60_000, 140_000, 100_000, 90_000]
-    xyz = (torch.rand(sum(sizes), 3, generator=g) * torch.tensor([6.0, 6.0, 3.0])).contiguous()
-    offset = torch.tensor(np.cumsum(sizes), dtype=torch.int32)
+    xyz = (torch.rand(sum(sizes), 3, generator=g) * torch.tensor([6.0, 6.0, 3.0])).contiguous().to(device)
+    offset = torch.tensor(np.cumsum(sizes), dtype=torch.int32, device=device)
     out = {"pcgeom": [], "pure-torch": [], "cKDTree": []}
     idx, _ = pointops.knn_query(16, xyz, offset)  # warm-up
     # the pure-torch baseline on every 1/fraction-th query of each cloud, scaled to all queries
     step = max(1, int(round(1 / torch_fraction)))
     starts = [0] + offset.tolist()[:-1]
-    sub = torch.cat([torch.arange(s, e, step) for s, e in zip(starts, offset.tolist())])
-    sub_off = torch.tensor(np.cumsum([len(range(s, e, step)) for s, e in zip(starts, offset.tolist())]), dtype=torch.int32)
+    sub = torch.cat([torch.arange(s, e, step) for s, e in zip(starts, offset.tolist())]).to(device)
+    sub_off = torch.tensor(np.cumsum([len(range(s, e, step)) for s, e in zip(starts, offset.tolist())]),
+                           dtype=torch.int32, device=device)
     ti, _ = knn_query_torch(16, xyz, offset, xyz[sub], sub_off, exact=False)
     d_ref = (xyz[idx[sub].long()] - xyz[sub][:, None]).norm(dim=-1)
     d_t = (xyz[ti.long()] - xyz[sub][:, None]).norm(dim=-1)
@@ -198,14 +207,14 @@ def bench_knn(repeats, torch_fraction):
         raise SystemExit(f"pcgeom and pure-torch knn distances differ: {(d_ref - d_t).abs().max():.3g}")
     from scipy.spatial import cKDTree
 
-    xn = xyz.numpy()
+    xn = xyz.cpu().numpy()
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = now(device)
         pointops.knn_query(16, xyz, offset)
-        out["pcgeom"].append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
+        out["pcgeom"].append(now(device) - t0)
+        t0 = now(device)
         knn_query_torch(16, xyz, offset, xyz[sub], sub_off, exact=False)
-        out["pure-torch"].append((time.perf_counter() - t0) * xyz.shape[0] / sub.shape[0])
+        out["pure-torch"].append((now(device) - t0) * xyz.shape[0] / sub.shape[0])
         t0 = time.perf_counter()
         for s, e in zip(starts, offset.tolist()):
             cKDTree(xn[s:e]).query(xn[s:e], k=16, workers=-1)
@@ -220,33 +229,47 @@ def main(argv=None):
     ap.add_argument("--workload", choices=["step", "knn", "all"], default="all")
     ap.add_argument("--torch-fraction", type=float, default=0.02, help="share of the queries the pure-torch KNN is timed on")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (SciPy's cKDTree always runs on the CPU)")
+    ap.add_argument("--out", default=None, help="also append the report (markdown) to this file")
     args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    lines = []
+
+    def say(line=""):
+        print(line)
+        lines.append(line)
+
     if args.threads:
         torch.set_num_threads(args.threads)
     import pcgeom
 
     info = pcgeom.backend_info()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"native kernels: {'yes' if info['extension_loaded'] else 'no (pure torch)'}")
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    say(f"bm_pointcept: torch {torch.__version__}, {where}, "
+        f"native kernels: {'yes' if info['extension_loaded'] else 'no (pure torch)'} ({time.strftime('%Y-%m-%d %H:%M')})")
     if args.workload in ("step", "all"):
-        res = bench_step(args.points, args.repeats)
-        print(f"\nPT-v2m2 training step, 2 x {args.points} points (best / median of {args.repeats}, seconds)")
-        print("| row | shims best | shims median | pure-torch best | pure-torch median | speed-up best | speed-up median |")
-        print("|---|---|---|---|---|---|---|")
+        res, agree = bench_step(args.points, args.repeats, device)
+        say(f"\nPT-v2m2 training step on {device.type}, 2 x {args.points} points (best / median of {args.repeats}, "
+            f"seconds; max |shims - pure-torch| logits {agree:.2g})")
+        say("| row | shims best | shims median | pure-torch best | pure-torch median | speed-up best | speed-up median |")
+        say("|---|---|---|---|---|---|---|")
         for row, j in (("model (forward + backward)", 0), ("ops (knn_query, grouping, segment_csr, voxel_grid; forward calls)", 1)):
             sb, sm = stats(res["shims"][j])
             tb, tm = stats(res["pure-torch"][j])
-            print(f"| {row} | {sb:.3f} | {sm:.3f} | {tb:.3f} | {tm:.3f} | {tb / sb:.2f}x | {tm / sm:.2f}x |")
+            say(f"| {row} | {sb:.3f} | {sm:.3f} | {tb:.3f} | {tm:.3f} | {tb / sb:.2f}x | {tm / sm:.2f}x |")
     if args.workload in ("knn", "all"):
-        out, sizes, frac = bench_knn(args.repeats, args.torch_fraction)
-        print(f"\nknn_query(16) self-query, 8 packed clouds of {min(sizes)}..{max(sizes)} points ({sum(sizes)} total); "
-              f"pure torch timed on {frac:.1%} of the queries and scaled")
-        print("| method | best (s) | median (s) | pcgeom speed-up (best) | (median) |")
-        print("|---|---|---|---|---|")
+        out, sizes, frac = bench_knn(args.repeats, args.torch_fraction, device)
+        say(f"\nknn_query(16) self-query on {device.type}, 8 packed clouds of {min(sizes)}..{max(sizes)} points "
+            f"({sum(sizes)} total); pure torch timed on {frac:.1%} of the queries and scaled; cKDTree on the CPU")
+        say("| method | best (s) | median (s) | pcgeom speed-up (best) | (median) |")
+        say("|---|---|---|---|---|")
         pb, pm = stats(out["pcgeom"])
         for k, ts in out.items():
             b, md = stats(ts)
-            print(f"| {k} | {b:.3f} | {md:.3f} | {b / pb:.2f}x | {md / pm:.2f}x |")
+            say(f"| {k} | {b:.3f} | {md:.3f} | {b / pb:.2f}x | {md / pm:.2f}x |")
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write("\n" + "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@
 #      (skipped, and said so, without the tool);
 #   5. the whole test suite (tests are parametrised over devices, so every op
 #      test also runs on cuda);
-#   6. compute-sanitizer racecheck and synccheck (shared memory), if time is left.
+#   6. the Pointcept rows (benchmarks/bm_pointcept.py on cuda -> RESULTS-gpu.md), if time is left;
+#   7. compute-sanitizer racecheck and synccheck (shared memory), if time is left.
 #
 #   bash scripts/gpu_check.sh            # PYTHON=... to choose the interpreter
 #
@@ -130,7 +131,10 @@ sanitize memcheck 150 --leak-check no
 # (tests/test_cuda.py already ran above)
 step test_suite 300 "$PY" -m pytest -q -p no:cacheprovider tests --ignore=tests/test_cuda.py
 
-# ------------------------------- 6. shared-memory hazards, if time is left
+# ------------------- 6. Pointcept rows (PT-v2m2 step, packed knn_query), if time is left
+step bench_pointcept 90 "$PY" benchmarks/bm_pointcept.py --device cuda --points 40000 --repeats 3 --out "$RESULTS"
+
+# ------------------------------- 7. shared-memory hazards, if time is left
 sanitize racecheck 90
 sanitize synccheck 60
 exit $(( FAILED > 0 ))
