@@ -1,11 +1,11 @@
-"""Runs Pointcept's unchanged Point Transformer v1 / v2 through pcgeom's shims; called by
+"""Runs Pointcept's unchanged Point Transformer v1 / v2 / v3 through pcgeom's shims; called by
 test_pointcept_upstream.py in a fresh process whose working directory is ../pointcept.
 
-    python drive_pointcept.py ptv1|ptv2
+    python drive_pointcept.py ptv1|ptv2|ptv3
 
 The vendored model files import ``pointops``, ``torch_scatter`` and (PTv2)
 ``torch_geometric.nn.pool.voxel_grid`` -> ``torch_cluster`` by name and get
-pcgeom's stand-ins.  Each model runs one forward + backward on a packed batch
+pcgeom's stand-ins (PTv3 also imports the real ``spconv``).  Each model runs one forward + backward on a packed batch
 of two clouds of different sizes; then the *same* model (same weights) runs
 again with those module globals swapped for references built on
 pointops64.py (float64 numpy transcriptions of the CUDA kernels and of
@@ -145,8 +145,11 @@ def ref_voxel_grid(pos, size, batch=None, start=None, end=None):
 def step(model, data, seed=0):
     torch.manual_seed(seed)
     model.zero_grad()
-    d = {k: (v.clone().requires_grad_(True) if k == "feat" else v.clone()) for k, v in data.items()}
+    d = {k: (v.clone().requires_grad_(True) if k == "feat" else v.clone() if torch.is_tensor(v) else v)
+         for k, v in data.items()}
     out = model(d)
+    if not torch.is_tensor(out):  # PTv3 returns its Point (an addict Dict)
+        out = out.feat
     (out.square().mean() + out[:, 0].sum() * 1e-3).backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return out.detach(), d["feat"].grad, grads
@@ -167,6 +170,11 @@ def check(model, module, data, name, swaps, grad_rel=1e-3):
     finally:
         for k, v in saved.items():
             setattr(module, k, v)
+    return compare(name, shim_log, ref_log, (out, gx, gp), (rout, rgx, rgp), grad_rel)
+
+
+def compare(name, shim_log, ref_log, res, rres, grad_rel):
+    (out, gx, gp), (rout, rgx, rgp) = res, rres
     assert len(shim_log) == len(ref_log) and len(shim_log) > 0, (len(shim_log), len(ref_log))
     for (n1, a), (n2, b) in zip(shim_log, ref_log):
         assert n1 == n2, (n1, n2)
@@ -224,5 +232,173 @@ def ptv2():
     return f"ptv2: PT-v2m2 on clouds of 1500 + 900 points (map and interp unpooling), {n} index outputs exact, forward and backward match"
 
 
+def spconv_on_cpu_torch():
+    """Harness only (spconv 2.3.6 / 2.3.8 on a CPU-only torch; see README.md):
+
+    * ``ops.indice_conv_backward`` (the backward of every ``SubMConv3d``) calls
+      ``get_current_stream()`` -> ``torch.cuda.current_stream()`` before it branches to its CPU
+      gather-mm-scatter path, which never uses the stream: ``AssertionError: Torch not compiled
+      with CUDA enabled`` (the forward was fixed for this in spconv#366).  Without CUDA the lookup
+      returns 0 instead.
+    * with more than one torch thread its CPU convolutions give results that change from call to
+      call and are wrong (measured against ``subm_conv_check``'s transcription); one thread is
+      right and bit-reproducible.  This driver is its own process."""
+    import spconv.pytorch.ops as ops
+
+    if not torch.cuda.is_available():
+        ops.get_current_stream = lambda: 0
+    torch.set_num_threads(1)
+
+
+def subm_conv_check(conv, feat, batch, grid):
+    """spconv is not what pcgeom replaces, but both runs go through it: its ``SubMConv3d`` must be
+    deterministic and equal a float64 numpy transcription of a submanifold convolution
+    (``out[p] = bias + sum_o W[:, o] @ feat[p + o - r]`` over the occupied voxels)."""
+    import spconv.pytorch as spconv
+
+    def run():
+        t = spconv.SparseConvTensor(feat, torch.cat([batch[:, None], grid], 1).int().contiguous(),
+                                    (grid.max(0).values + 96).tolist(), int(batch.max()) + 1)
+        return conv(t).features.detach()
+
+    out, out2 = run(), run()
+    assert torch.equal(out, out2), "spconv SubMConv3d is not deterministic here"
+    w = conv.weight.detach().double().numpy()  # (C_out, k, k, k, C_in)
+    k, r = w.shape[1], w.shape[1] // 2
+    g = grid.long().numpy()
+    b = batch.long().numpy()
+    span = int(g.max()) + 2 * k + 1
+    key = lambda q: ((b * span + q[:, 0] + k) * span + q[:, 1] + k) * span + q[:, 2] + k  # noqa: E731
+    base = key(g)
+    order = np.argsort(base)
+    f = feat.detach().double().numpy()
+    ref = np.zeros((len(g), w.shape[0]))
+    for o in np.ndindex(k, k, k):
+        kq = key(g + np.array(o) - r)
+        j = np.clip(np.searchsorted(base, kq, sorter=order), 0, len(g) - 1)
+        hit = base[order[j]] == kq
+        ref[hit] += f[order[j[hit]]] @ w[:, o[0], o[1], o[2]].T
+    if conv.bias is not None:
+        ref += conv.bias.detach().double().numpy()
+    close(out, torch.as_tensor(ref), f"spconv SubMConv3d (k={k}) vs float64 transcription", rel=1e-5)
+
+
+def ptv3_clouds(sizes, seed, extent, grid_size):
+    """Two packed clouds, one point per voxel of ``grid_size`` (Pointcept's GridSample does this
+    in the data pipeline; spconv's submanifold conv assumes unique voxels).  Voxels are computed
+    as ``Point`` does, over the whole batch: ``trunc((coord - coord.min(0)) / grid_size)``."""
+    coord, feat, offset = clouds(sizes, seed, extent)
+    batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    grid = torch.div(coord - coord.min(0)[0], grid_size, rounding_mode="trunc").long()
+    key = torch.cat([batch[:, None], grid], 1)
+    _, inv = torch.unique(key, dim=0, return_inverse=True)
+    first = torch.full((int(inv.max()) + 1,), len(inv), dtype=torch.long).scatter_reduce(
+        0, inv, torch.arange(len(inv)), "amin")
+    keep = torch.sort(first).values  # the first point of each voxel, in input order
+    counts = torch.bincount(batch[keep], minlength=len(sizes))
+    return coord[keep].contiguous(), feat[keep].contiguous(), torch.cumsum(counts, 0)
+
+
+class ScatterLog:
+    """Wraps the shim ``torch_scatter`` for PTv3's ``segment_csr`` calls: records the arg index
+    of every min/max reduction (torch_scatter's ``segment_max_csr`` second output)."""
+
+    def __init__(self, mod, log):
+        self._mod, self._log = mod, log
+
+    def segment_csr(self, src, indptr, out=None, reduce="sum"):
+        if reduce in ("min", "max"):
+            arg = getattr(self._mod, f"segment_{reduce}_csr")(src.detach(), indptr)[1]
+            self._log.append((f"segment_csr {reduce} arg", arg.clone()))
+        return self._mod.segment_csr(src, indptr, out=out, reduce=reduce)
+
+
+def ref_scatter(log):
+    def segment_csr(src, indptr, out=None, reduce="sum"):
+        assert out is None
+        if reduce in ("min", "max"):
+            log.append((f"segment_csr {reduce} arg", torch.as_tensor(K.segment_csr(src.detach(), indptr, reduce)[1])))
+        return ref_segment_csr(src, indptr, reduce)
+
+    return types.SimpleNamespace(segment_csr=segment_csr)
+
+
+def ptv3():
+    spconv_on_cpu_torch()
+    from pointcept.models.builder import build_model
+    from pointcept.models.point_transformer_v3 import point_transformer_v3m1_base as m
+
+    import torch_scatter
+    assert getattr(torch_scatter, "__pcgeom_shim__", None) and m.torch_scatter is torch_scatter
+    torch.manual_seed(0)
+    model = build_model(dict(
+        type="PT-v3m1", in_channels=6, order=("z", "z-trans", "hilbert", "hilbert-trans"), stride=(2, 2),
+        enc_depths=(2, 2, 2), enc_channels=(16, 32, 48), enc_num_head=(2, 2, 4), enc_patch_size=(32, 32, 32),
+        dec_depths=(1, 1), dec_channels=(16, 32), dec_num_head=(2, 2), dec_patch_size=(32, 32), mlp_ratio=2,
+        drop_path=0.1, enable_flash=False,
+    ))
+    model.train()
+    grid_size = 0.02
+    coord, feat, offset = ptv3_clouds([1500, 900], 3, 0.4, grid_size)
+    data = {"coord": coord, "feat": feat, "grid_size": grid_size, "offset": offset}
+    batch = torch.repeat_interleave(torch.arange(len(offset)), torch.diff(offset, prepend=offset.new_zeros(1)))
+    grid = torch.div(coord - coord.min(0)[0], grid_size, rounding_mode="trunc").int()
+    subm_conv_check(model.embedding.stem.conv, feat, batch, grid)
+
+    # Every index the model builds (per stage: serialization codes / orders / inverses, grid
+    # coordinates, pooling clusters; attention padding) is logged by forward hooks and must be
+    # equal between the runs; pooled coordinates (segment_csr "mean") must be close.
+    def run(ts, log):
+        hooks = []
+
+        def rec(mod, args, point):
+            for k in ("serialized_code", "serialized_order", "serialized_inverse", "grid_coord",
+                      "pooling_inverse", "pad", "unpad"):
+                if k in point.keys():
+                    log.append((f"{type(mod).__name__} {k}", point[k].detach().clone()))
+            log.append((f"{type(mod).__name__} coord", point.coord.detach().clone()))
+
+        for mod in model.modules():
+            if isinstance(mod, (m.SerializedPooling, m.SerializedAttention)):
+                hooks.append(mod.register_forward_hook(rec))
+        m.torch_scatter = ts
+        try:
+            res = step(model, data)
+        finally:
+            m.torch_scatter = torch_scatter
+            for h in hooks:
+                h.remove()
+        return res
+
+    def split(log):  # float logs (pooled coordinates) are compared to rounding, the rest exactly
+        return ([x for x in log if not x[1].is_floating_point()], [x for x in log if x[1].is_floating_point()])
+
+    logs = [[], [], []]
+    res = run(ScatterLog(torch_scatter, logs[0]), logs[0])
+    res2 = run(ScatterLog(torch_scatter, logs[1]), logs[1])
+    rres = run(ref_scatter(logs[2]), logs[2])
+
+    # two runs through the shims are bit-identical
+    assert len(logs[0]) == len(logs[1])
+    for (n1, a), (n2, b) in zip(logs[0], logs[1]):
+        assert n1 == n2 and torch.equal(a, b), f"PTv3 rerun: {n1} differs"
+    (o, g, gp), (o2, g2, gp2) = res, res2
+    assert torch.equal(o, o2) and torch.equal(g, g2), "PTv3 rerun: output or d/d feat differs"
+    assert gp.keys() == gp2.keys() and all(torch.equal(gp[k], gp2[k]) for k in gp), "PTv3 rerun: a parameter gradient differs"
+
+    (ilog, flog), (rilog, rflog) = split(logs[0]), split(logs[2])
+    assert len(flog) == len(rflog) > 0
+    for (n1, a), (n2, b) in zip(flog, rflog):
+        assert n1 == n2, (n1, n2)
+        close(a, b, f"PTv3 {n1}")
+    n_arg = sum(n.startswith("segment_csr") for n, _ in ilog)
+    assert n_arg == 2, n_arg  # one max pooling per SerializedPooling
+    n = compare("PTv3m1", ilog, rilog, res, rres, 1e-3)
+    n_pts = offset.tolist()
+    return (f"ptv3: PT-v3m1 (3 stages, patch 32, 4 orders, non-flash attention) on clouds of {n_pts[0]} + "
+            f"{n_pts[1] - n_pts[0]} voxels, {n} index outputs exact ({n_arg} segment_csr max args), forward and "
+            f"backward match; two runs through the shims bit-identical")
+
+
 if __name__ == "__main__":
-    print("OK", {"ptv1": ptv1, "ptv2": ptv2}[sys.argv[1]]())
+    print("OK", {"ptv1": ptv1, "ptv2": ptv2, "ptv3": ptv3}[sys.argv[1]]())

@@ -1,4 +1,5 @@
-# added (not upstream): upstream also imports .checkpoint and .serialization, which these models do not use.
+# added (not upstream): upstream also imports .checkpoint and .serialization (PTv3's structure.py imports
+# .serialization by its own path; nothing here needs .checkpoint).
 from .misc import (
     offset2batch,
     offset2bincount,
