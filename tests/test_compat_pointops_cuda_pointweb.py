@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import DEVICES
 from pcgeom.compat import _pointweb as PW
 from pcgeom.compat import pointops_cuda as PC
 
@@ -280,6 +281,51 @@ def test_float64_and_non_contiguous_outputs():
     PC.knnquery_cuda(2, 50, 2, 8, xyz, xyz[:, :2], idx, d2)
     ref = torch.cdist(xyz[:, :2], xyz).pow(2).topk(8, largest=False)
     assert torch.equal(idx.long(), ref.indices) and torch.allclose(d2[0, 0], ref.values[0, 0])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_function_on_each_device(device):
+    g = _gen(17)
+    B, N, M, ns, C, L = 2, 150, 24, 6, 5, 3
+    xyz = torch.rand(B, N, 3, generator=g).to(device)
+    new = torch.cat([xyz[:, :20] + 0.01, torch.full((B, 4, 3), 7.0, device=device)], 1).contiguous()
+    idx = torch.randint(0, N, (B, M, ns), generator=g, dtype=torch.int32).to(device)
+    f = torch.randn(B, C, N, generator=g).to(device)
+    lab = torch.randint(0, 3, (B, N, L), generator=g, dtype=torch.int32).to(device)
+    w = torch.rand(B, M, 3, generator=g).to(device)
+
+    def z(*shape, dtype=torch.float32, fill=0):
+        return torch.full(shape, fill, dtype=dtype, device=device)
+
+    cases = [
+        ("ballquery_cuda", (B, N, M, 0.2, ns, new, xyz), [z(B, M, ns, dtype=torch.int32, fill=7)]),
+        ("knnquery_cuda", (B, N, M, ns, xyz, new), [z(B, M, ns, dtype=torch.int32), z(B, M, ns, fill=-3)]),
+        ("furthestsampling_cuda", (B, N, 40, xyz), [z(B, N, fill=1e10), z(B, 40, dtype=torch.int32)]),
+        ("nearestneighbor_cuda", (B, M, N, new, xyz), [z(B, M, 3), z(B, M, 3, dtype=torch.int32)]),
+        ("featuredistribute_cuda", (B, M, N, new, xyz * 300), [z(B, N, dtype=torch.int32)]),
+        ("labelstat_idx_cuda", (B, N, M, ns, L, lab, idx), [z(B, M, L, dtype=torch.int32)]),
+        ("labelstat_ballrange_cuda", (B, N, M, 0.2, L, new, xyz, lab), [z(B, M, L, dtype=torch.int32)]),
+        ("labelstat_and_ballquery_cuda", (B, N, M, 0.2, ns, L, new, xyz, lab),
+         [z(B, M, ns, dtype=torch.int32, fill=5), z(B, M, L, dtype=torch.int32)]),
+        ("grouping_forward_cuda", (B, C, N, M, ns, f, idx), [z(B, C, M, ns)]),
+        ("grouping_backward_cuda", (B, C, N, M, ns, torch.randn(B, C, M, ns, generator=g).to(device), idx),
+         [z(B, C, N, fill=1)]),
+        ("grouping_int_forward_cuda", (B, C, N, M, ns, torch.randint(0, 9, (B, C, N), generator=g).to(device), idx),
+         [z(B, C, M, ns, dtype=torch.long)]),
+        ("gathering_forward_cuda", (B, C, N, M, f, idx[..., 0].contiguous()), [z(B, C, M)]),
+        ("gathering_backward_cuda", (B, C, N, M, torch.randn(B, C, M, generator=g).to(device),
+                                     idx[..., 0].contiguous()), [z(B, C, N, fill=1)]),
+        ("featuregather_forward_cuda", (B, N, M, C, f, idx[..., 1].contiguous()), [z(B, C, M)]),
+        ("featuregather_backward_cuda", (B, N, M, C, torch.randn(B, C, M, generator=g).to(device),
+                                         idx[..., 1].contiguous()), [z(B, C, N, fill=1)]),
+        ("interpolation_forward_cuda", (B, C, N, M, f, idx[..., :3].contiguous(), w), [z(B, C, M, fill=9)]),
+        ("interpolation_backward_cuda", (B, C, M, N, torch.randn(B, C, M, generator=g).to(device),
+                                         idx[..., :3].contiguous(), w), [z(B, C, N, fill=1)]),
+    ]
+    for fn, args, outs in cases:
+        a, b = both(fn, *args, outs=outs)
+        assert all(t.device == xyz.device for t in a)
+        assert_same([t.cpu() for t in a], [t.cpu() for t in b], fn)
 
 
 # --------------------------------------------------------------------------- dispatch and bad input
