@@ -64,7 +64,7 @@ first-hit padding and leaves empty balls **untouched**; KNN and
 index 0 where points run out; ``knnquery_cuda`` writes only the first
 ``nsample`` entries of ``dist2`` (the kernel never offsets that pointer --
 pcgeom writes the first centre's, the kernel a racing thread's);
-``featuredistribute_cuda`` gives -1 beyond ``d2 >= 1e5``;
+``featuredistribute_cuda`` gives -1 where every ``d2 >= 1e5``;
 ``interpolation_forward_cuda`` writes where POSTECH's adds.  Every
 size, index range, dtype and device is checked, errors name the argument.
 
@@ -77,6 +77,10 @@ Example:
     >>> pointops_cuda.knnquery_cuda(3, 2, xyz, xyz, off, off, idx, d2)
     >>> idx.tolist(), d2[0].tolist()
     ([[0, 0], [1, 2], [2, 1]], [0.0, 10000000000.0])
+    >>> idx = torch.zeros(1, 3, 2, dtype=torch.int32); d2 = torch.zeros(1, 3, 2)
+    >>> pointops_cuda.knnquery_cuda(1, 3, 3, 2, xyz[None], xyz[None], idx, d2)  # PointWeb: (b, n, m, nsample, ...)
+    >>> idx.tolist()
+    [[[0, 1], [1, 0], [2, 1]]]
 """
 
 from __future__ import annotations
@@ -385,8 +389,8 @@ class PointWebArgumentError(ValueError, TypeError):
     """A call with PointWeb's signature whose tensors or sizes do not fit (a ValueError).
 
     Also a TypeError: on the names POSTECH and PointWeb share, such a call may
-    have been meant for the other signature (and pcgeom < the PointWeb
-    stand-in rejected every PointWeb call with a TypeError).
+    have been meant for the other signature (and before PointWeb's extension
+    was served, pcgeom rejected every PointWeb-shaped call with a TypeError).
     """
 
 
