@@ -53,10 +53,11 @@ def _bit_reverse(t: torch.Tensor, n_bits: int) -> torch.Tensor:
     return out
 
 
-def _pointnet2_priority(n: int, device) -> torch.Tensor:
+def _pointnet2_priority(n: int, device, max_threads: int = _P2_MAX_THREADS) -> torch.Tensor:
     """Permutation of ``range(n)`` in which "first maximum" equals the kernel's winner.
 
-    The kernel runs one block of ``bs = 2**floor(log2 n)`` (at most 512) threads;
+    The kernel runs one block of ``bs = 2**floor(log2 n)`` (at most
+    ``max_threads``: 512 in pointnet2, 1024 in PointWeb's copy) threads;
     thread ``t`` scans ``k = t, t + bs, ...`` keeping its first maximum (strict
     ``>``), then a shared-memory tree ``(t, t + s)`` for ``s = bs/2 .. 1`` keeps
     the left operand on ties.  The tree therefore prefers threads by their
@@ -64,7 +65,7 @@ def _pointnet2_priority(n: int, device) -> torch.Tensor:
     ``(bitrev(k mod bs), k div bs)``.  Sorting the points by that key once lets
     a plain first-index ``argmax`` reproduce the reduction exactly.
     """
-    bs = max(1, min(1 << (n.bit_length() - 1), _P2_MAX_THREADS))
+    bs = max(1, min(1 << (n.bit_length() - 1), max_threads))
     n_bits = bs.bit_length() - 1
     rounds = -(-n // bs)
     k = torch.arange(n, device=device)
@@ -142,7 +143,18 @@ def _pointnet2_fps_op(points: torch.Tensor, n_samples: int) -> torch.Tensor:
     # they lose every argmax to an eligible point, as in the kernel (best = -1).
     temp = torch.where(eligible, _P2_TEMP_INIT, -1.0).to(torch.float32)
     # Original index 0 has priority key 0, so it sits at position 0 of ``perm``.
-    pos = torch.zeros(B, 1, dtype=torch.int64, device=points.device)
+    return perm[_kernel_fps_steps(planes, temp, n_samples)[0]]
+
+
+def _kernel_fps_steps(planes: torch.Tensor, temp: torch.Tensor, n_samples: int):
+    """The FPS kernel's steps from position 0 on ``(3, B, N)`` float32 planes in priority order.
+
+    ``temp (B, N)`` holds the running distances the kernel starts from.
+    Returns ``(positions (B, n_samples) int64, the final temp)``; shared with
+    PointWeb's copy of the kernel (``compat/_pointweb.py``).
+    """
+    x, y, z = planes[0], planes[1], planes[2]
+    pos = torch.zeros(x.shape[0], 1, dtype=torch.int64, device=x.device)
     chosen = [pos]
     for _ in range(1, n_samples):
         # d = dx*dx + dy*dy + dz*dz, rounded after every operation like the kernel
@@ -152,10 +164,10 @@ def _pointnet2_fps_op(points: torch.Tensor, n_samples: int) -> torch.Tensor:
         d.add_(t.mul_(t))
         t = z - z.gather(1, pos)
         d.add_(t.mul_(t))
-        temp = torch.fmin(d, temp)  # CUDA min() on floats is fminf: a NaN d loses
+        temp = torch.fmin(d, temp)  # CUDA min() on floats is fminf: a NaN d keeps temp
         pos = temp.argmax(dim=1, keepdim=True)  # first maximum in priority order
         chosen.append(pos)
-    return perm[torch.cat(chosen, dim=1)]
+    return torch.cat(chosen, dim=1), temp
 
 
 @_pointnet2_fps_op.register_fake

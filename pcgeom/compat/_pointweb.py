@@ -31,7 +31,7 @@ import torch
 from pcgeom import _validation as V
 from pcgeom.compat.pointnet2_ops import _strict_radius, gather_operation, grouping_operation, three_interpolate
 from pcgeom.features import fill_missing
-from pcgeom.grouping import _bit_reverse
+from pcgeom.grouping import _kernel_fps_steps, _pointnet2_priority
 from pcgeom.ops import ball_query as _pc_ball_query
 from pcgeom.ops import farthest_point_sample as _pc_fps
 from pcgeom.ops import knn as _pc_knn
@@ -216,7 +216,9 @@ def ballquery_cuda(b, n, m, radius, nsample, new_xyz, xyz, idx):
     (PointWeb's ``pointops.py`` zero-fills ``idx`` first, so it reads 0).
 
     Args:
-        b, n, m: batch size, points per cloud, centres per cloud.
+        b: batch size.
+        n: points per cloud.
+        m: centres per cloud.
         radius: float >= 0.
         nsample: int >= 1.
         new_xyz: ``(b, m, 3)`` centres; xyz: ``(b, n, 3)`` points (same dtype and device).
@@ -259,7 +261,9 @@ def knnquery_cuda(b, n, m, nsample, xyz, new_xyz, idx, dist2):
     centre 0), ``inf`` in its empty slots.
 
     Args:
-        b, n, m: batch size, points per cloud, centres per cloud.
+        b: batch size.
+        n: points per cloud.
+        m: centres per cloud.
         nsample: int >= 1.
         xyz: ``(b, n, 3)`` points; new_xyz: ``(b, m, 3)`` centres (same dtype and device).
         idx: ``(b, m, nsample)`` int32 output.
@@ -286,38 +290,6 @@ def knnquery_cuda(b, n, m, nsample, xyz, new_xyz, idx, dist2):
     d, i = _knn_kernel(new_xyz, xyz, nsample)
     _write(i_out, i)
     _first_rows(d_out, d[0, 0].to(d_out.dtype))
-
-
-def _priority(n, device):
-    """``range(n)`` in the order in which PointWeb's FPS reduction prefers equal maxima.
-
-    One block of ``bs = 2**floor(log2 n)`` threads, at most 1024 (pointnet2's
-    kernel stops at 512); thread ``t`` keeps its first maximum over ``k = t,
-    t + bs, ...``, the shared-memory tree keeps the left operand on ties, so
-    the winner is the smallest ``(bit_reverse(k mod bs), k div bs)``.
-    """
-    bs = max(1, min(1 << (n.bit_length() - 1), 1024))
-    rounds = -(-n // bs)
-    k = torch.arange(n, device=device)
-    return torch.argsort(_bit_reverse(k % bs, bs.bit_length() - 1) * rounds + k // bs)
-
-
-def _fps_loop(planes, temp, m):
-    """The kernel step by step, on ``(3, b, n)`` float32 planes and ``temp (b, n)`` in priority order."""
-    x, y, z = planes[0], planes[1], planes[2]
-    pos = torch.zeros(x.shape[0], 1, dtype=torch.int64, device=x.device)
-    chosen = [pos]
-    for _ in range(1, m):
-        d = x - x.gather(1, pos)
-        d.mul_(d)
-        t = y - y.gather(1, pos)
-        d.add_(t.mul_(t))
-        t = z - z.gather(1, pos)
-        d.add_(t.mul_(t))
-        temp = torch.fmin(d, temp)  # CUDA min() on floats is fminf: a NaN d keeps temp
-        pos = temp.argmax(dim=1, keepdim=True)  # first maximum in priority order
-        chosen.append(pos)
-    return torch.cat(chosen, dim=1), temp
 
 
 def _fps_native(pts, temp, m, perm):
@@ -356,7 +328,9 @@ def furthestsampling_cuda(b, n, m, points, temp, idx):
     distance to the first ``m - 1`` samples.  ``m = 0`` writes nothing.
 
     Args:
-        b, n, m: batch size, points per cloud (>= 1 when ``m >= 1``), samples per cloud.
+        b: batch size.
+        n: points per cloud (>= 1 when ``m >= 1``).
+        m: samples per cloud.
         points: ``(b, n, 3)`` floating coordinates (decisions in float32, like the kernel).
         temp: ``(b, n)`` floating running distances, >= 0 (``pointops.py`` fills it with 1e10).
         idx: ``(b, m)`` int32 output.
@@ -387,11 +361,11 @@ def furthestsampling_cuda(b, n, m, points, temp, idx):
             raise ValueError(f"{fn}: temp must hold running distances >= 0 (pointops.py fills it with 1e10), "
                              f"got min {float(temp.amin())}")
         pts = points.detach().to(torch.float32)
-        perm = _priority(n, points.device)
+        perm = _pointnet2_priority(n, points.device, max_threads=1024)  # pointnet2's kernel: 512
         sel = _fps_native(pts, t0, m, perm)
         if sel is None:
             planes = pts[:, perm].permute(2, 0, 1).contiguous()
-            sel, t_perm = _fps_loop(planes, t0[:, perm], m)
+            sel, t_perm = _kernel_fps_steps(planes, t0[:, perm], m)
             t_new = torch.empty_like(t_perm)
             t_new[:, perm] = t_perm
         elif m > 1:
@@ -414,7 +388,9 @@ def nearestneighbor_cuda(b, n, m, unknown, known, dist2, idx):
     ``dist2 = inf`` (the kernel's ``1e40`` in float32) and index 0.
 
     Args:
-        b, n, m: batch size, unknown points per cloud, known points per cloud.
+        b: batch size.
+        n: unknown points per cloud.
+        m: known points per cloud.
         unknown: ``(b, n, 3)``; known: ``(b, m, 3)`` (same dtype and device).
         dist2: ``(b, n, 3)`` float output; idx: ``(b, n, 3)`` int32 output.
 
@@ -450,7 +426,9 @@ def featuredistribute_cuda(b, n, m, max_xyz, xyz, distribute_idx):
     ``max_xyz`` point, or with NaN distances, gets **-1**.
 
     Args:
-        b, n, m: batch size, ``max_xyz`` points per cloud, ``xyz`` points per cloud.
+        b: batch size.
+        n: ``max_xyz`` points per cloud.
+        m: ``xyz`` points per cloud.
         max_xyz: ``(b, n, 3)``; xyz: ``(b, m, 3)`` (same dtype and device).
         distribute_idx: ``(b, m)`` int32 output.
 
