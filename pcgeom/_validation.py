@@ -96,6 +96,8 @@ def lengths_arg(fn: str, name: str, lengths, B: int, max_len: int, device) -> to
         raise TypeError(f"{fn}: {name} must be an integer tensor of shape ({B},), got dtype {lengths.dtype}")
     if lengths.dim() != 1 or lengths.shape[0] != B:
         raise ValueError(f"{fn}: {name} must have shape ({B},), got {_shape(lengths)}")
+    if B > 0:
+        check_host_readable(fn, name, lengths, device)
     lengths = lengths.to(device=device, dtype=torch.int64)
     if not compiling() and B > 0:
         lo, hi = int(lengths.min()), int(lengths.max())
@@ -119,3 +121,49 @@ def check_offsets_unused(fn: str, *offsets) -> None:
         raise ValueError(
             f"{fn}: *offsets= are for packed (N_total, D) inputs; padded (B, N, D) inputs take *lengths="
         )
+
+
+def _bytes_str(n: float) -> str:
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+    i = 0
+    while n >= 1024 and i < len(units) - 1:
+        n /= 1024
+        i += 1
+    return f"{n:.1f} {units[i]}"
+
+
+def check_fits(fn: str, arg: str, value, what: str, shape, bytes_per_elem: int, device) -> None:
+    """Raises a named error when an output sized by ``arg`` cannot be allocated.
+
+    The Python twin of the kernels' ``alloc_output``: a size nobody can hold
+    (``nsample=2**40``, ``dim_size=2**40``) gets a message with the argument,
+    the shape and the bytes instead of the allocator's.  It reserves the bytes
+    once and frees them (a CUDA caching allocator keeps them for the real
+    outputs), so it runs only where a size is large enough to fail.
+    """
+    if compiling():
+        return
+    total = float(bytes_per_elem)
+    for s in shape:
+        total *= float(s)
+    dims = ", ".join(str(int(s)) for s in shape)
+    if total >= 2.0 ** 63:
+        raise RuntimeError(f"{fn}: {arg}={value} is too large: {what} of shape ({dims}) would need "
+                           f"{_bytes_str(total)}, more than any address space holds")
+    if total < 2.0 ** 30:
+        return
+    try:
+        torch.empty(int(total), dtype=torch.uint8, device=device)
+    except (RuntimeError, MemoryError):  # torch.OutOfMemoryError is a RuntimeError
+        raise RuntimeError(f"{fn}: {arg}={value} needs {what} of shape ({dims}), {_bytes_str(total)}, "
+                           f"and allocating it failed on {torch.device(device)}") from None
+
+
+def check_host_readable(fn: str, name: str, t: torch.Tensor, device) -> None:
+    """Offsets / lengths are read on the host: a meta tensor (no data) on either side is named."""
+    if compiling():
+        return
+    if t.device.type == "meta" or torch.device(device).type == "meta":
+        where = name if t.device.type == "meta" else "the tensor it describes"
+        raise ValueError(f"{fn}: {name} must hold values on a real device (its values are checked), "
+                         f"got {where} on the meta device")

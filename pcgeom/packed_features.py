@@ -65,9 +65,11 @@ def offsets_to_batch(offsets, n_total: int | None = None) -> torch.Tensor:
                         f"{offsets.dtype if isinstance(offsets, torch.Tensor) else type(offsets).__name__}")
     if offsets.dim() != 1 or offsets.shape[0] < 1:
         raise ValueError(f"{fn}: offsets must have shape (B,) with B >= 1, got {V._shape(offsets)}")
+    V.check_host_readable(fn, "offsets", offsets, offsets.device)
     if n_total is None:
         n_total = int(offsets[-1])
     n_total = V.check_int(fn, "n_total", n_total, minimum=0)
+    V.check_fits(fn, "offsets[-1]", n_total, "the batch ids", (n_total,), 8, offsets.device)
     off = offsets_arg(fn, "offsets", offsets, n_total, offsets.device)
     counts = torch.diff(off, prepend=off.new_zeros(1))
     return torch.repeat_interleave(torch.arange(off.shape[0], device=off.device), counts, output_size=n_total)
@@ -99,6 +101,7 @@ def batch_to_offsets(batch, n_clouds: int | None = None) -> torch.Tensor:
                         f"{batch.dtype if isinstance(batch, torch.Tensor) else type(batch).__name__}")
     if batch.dim() != 1:
         raise ValueError(f"{fn}: batch must have shape (N,), got {V._shape(batch)}")
+    V.check_host_readable(fn, "batch", batch, batch.device)
     batch = batch.long()
     if batch.numel() == 0:
         B = 1 if n_clouds is None else V.check_int(fn, "n_clouds", n_clouds, minimum=1)
@@ -109,6 +112,7 @@ def batch_to_offsets(batch, n_clouds: int | None = None) -> torch.Tensor:
     B = hi + 1 if n_clouds is None else V.check_int(fn, "n_clouds", n_clouds, minimum=1)
     if hi >= B:
         raise ValueError(f"{fn}: batch values must be < n_clouds={B}, got {hi}")
+    V.check_fits(fn, "n_clouds" if n_clouds is not None else "batch.max() + 1", B, "offsets", (B,), 16, batch.device)
     return torch.cumsum(torch.bincount(batch, minlength=B), 0)
 
 

@@ -214,6 +214,19 @@ def test_knn_query_and_group_and_batch_helpers():
     (lambda x, o: P.grouping(torch.tensor([[0.5]]), torch.ones(10, 1), x), TypeError, "idx must be int32 or int64"),
     (lambda x, o: P.attention_fusion_step(torch.ones(1, 1), torch.ones(2, 1, 1), torch.tensor([2]), torch.tensor([0])),
      ValueError, "index_target values must be in"),
+    # offsets are read on the host: a tensor with no data (the meta device) is named, on either side
+    (lambda x, o: P.knn_query(4, x, o.to("meta")), ValueError, "knn_query: offset must hold values on a real device"),
+    (lambda x, o: P.farthest_point_sampling(x.to("meta"), o, o), ValueError, "offset must hold values on a real device"),
+    (lambda x, o: P.query_and_group(2, x, x, torch.ones(10, 1, device="meta"), None, o, o), ValueError,
+     "query_and_group: feat must be on cpu like xyz, got meta"),
+    (lambda x, o: P.ball_query(2**61, 0.5, 0.0, x, o), RuntimeError, r"ball_query: nsample=2305843009213693952 is too large"),
+    (lambda x, o: PC.aggregation_backward_cuda(10, 1, 2, 1, torch.ones(10, 2), torch.ones(10, 1, 2), torch.ones(10, 1, 1),
+                                               torch.zeros(10, 1, dtype=torch.int32), torch.ones(10, 2),
+                                               torch.zeros(10, 2).t(), torch.zeros(10, 1, 2), torch.zeros(10, 1, 1)),
+     ValueError, r"aggregation_backward_cuda: grad_input must have shape \(10, 2\), got \(2, 10\) \(non-contiguous\)"),
+    (lambda x, o: PC.interpolation_forward_cuda(10, 1, 1, torch.ones(10, 1), torch.zeros(10, 1, dtype=torch.int32),
+                                                torch.ones(10, 1, device="meta"), torch.zeros(10, 1)),
+     ValueError, "interpolation_forward_cuda: weight must be on cpu, got meta"),
 ])
 def test_bad_input_named_errors(call, exc, match):
     xyz, off = packed([5, 5], 11)

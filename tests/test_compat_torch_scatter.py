@@ -260,6 +260,11 @@ def test_gather_csr_coo():
     got = ts.gather_csr(b, bptr)
     assert torch.equal(got[1], b[1][[0, 0, 1, 3]]) and torch.equal(got[0, :3], b[0][[0, 2, 2]])
     assert (got[0, 3] == 0).all()  # beyond the first row's last pointer
+    # every range empty: an empty output (an earlier version failed reshaping it), gradient zero
+    z = ts.gather_csr(s, torch.zeros(5, dtype=torch.long))
+    assert z.shape == (0, 2)
+    z.sum().backward()
+    assert torch.equal(s.grad, torch.zeros_like(s))
 
 
 def test_composites_match_torch_per_group():
@@ -324,3 +329,13 @@ def test_errors_name_the_argument():
         ts.segment_csr(src, torch.tensor([0, 3, 5]))
     with pytest.raises(ValueError, match="src.size"):
         ts.gather_csr(src, torch.tensor([0, 3, 4]))
+    with pytest.raises(ValueError, match="indptr must have at least one entry"):
+        ts.segment_csr(src, torch.tensor([], dtype=torch.long))
+    with pytest.raises(ValueError, match="reduce must be one of .* got None"):
+        ts.scatter(src, torch.tensor([0, 1, 2, 0]), 0, reduce=None)
+    with pytest.raises(TypeError, match="scatter_log_softmax: eps must be a float"):
+        ts.scatter_log_softmax(src, torch.tensor([0, 1, 2, 0]), 0, eps=None)
+    # (a size that fails to allocate is named too: tests/test_compat_bad_input.py, under a memory cap)
+    with pytest.raises(RuntimeError, match=r"scatter_sum: dim_size=2305843009213693952 is too large: the output "
+                                           r"of shape \(2305843009213693952, 2\) would need 16.0 EiB"):
+        ts.scatter_sum(src, torch.tensor([0, 1, 2, 0]), 0, dim_size=2**61)

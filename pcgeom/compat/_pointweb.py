@@ -78,8 +78,11 @@ def _out(fn, name, t, shape, ref_device, dtype=None):
     """A preallocated output: the shape (or that many elements), device and dtype the kernel writes."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{fn}: {name} must be a preallocated torch.Tensor of shape {shape}, got {type(t).__name__}")
-    if tuple(t.shape) != tuple(shape) and t.numel() != _numel(shape):
-        raise ValueError(f"{fn}: {name} must have shape {tuple(shape)}, got {V._shape(t)}")
+    # The kernels write through the data pointer, so any tensor of that many
+    # elements works there; a non-contiguous one only in the logical shape.
+    if tuple(t.shape) != tuple(shape) and (t.numel() != _numel(shape) or not t.is_contiguous()):
+        raise ValueError(f"{fn}: {name} must have shape {tuple(shape)}, got {V._shape(t)}"
+                         + ("" if t.is_contiguous() else " (non-contiguous)"))
     if t.device != ref_device:
         raise ValueError(f"{fn}: {name} must be on {ref_device}, got {t.device}")
     if dtype is not None and t.dtype != dtype:
@@ -98,13 +101,16 @@ def _write(dst, value, accumulate=False):
             dst.copy_(value.view(dst.shape))
 
 
-def _feat(fn, name, t, shape):
+def _feat(fn, name, t, shape, device=None):
+    """A floating input of ``shape`` (``None``: any size there), on ``device`` when given."""
     V.check_tensor(fn, name, t, len(shape), "(" + ", ".join(str(s) for s in shape) + ")")
     if t.dtype not in V.FLOAT_DTYPES:
         raise TypeError(f"{fn}: {name} must be a floating tensor, got {t.dtype}")
     for i, s in enumerate(shape):
         if s is not None and t.shape[i] != s:
             raise ValueError(f"{fn}: {name} must have shape {tuple(shape)}, got {V._shape(t)}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{fn}: {name} must be on {device}, got {t.device}")
 
 
 def _idx(fn, name, idx, shape, n, device):

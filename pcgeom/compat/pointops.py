@@ -313,6 +313,7 @@ def ball_query(nsample, max_radius, min_radius, xyz, offset, new_xyz=None, new_o
     fn = "ball_query"
     nsample, max_radius, min_radius = _ball_args(fn, nsample, max_radius, min_radius)
     xyz, off, new_xyz, new_off = _query_args(fn, xyz, offset, new_xyz, new_offset)
+    V.check_fits(fn, "nsample", nsample, "idx and dist", (new_xyz.shape[0], nsample), 16, xyz.device)
     with torch.no_grad():
         dist2, idx, cnt = _ball_candidates(fn, xyz, off, new_xyz, new_off, nsample, min_radius, max_radius, False)
         ar = torch.arange(nsample, device=xyz.device)
@@ -362,6 +363,7 @@ def random_ball_query(nsample, max_radius, min_radius, xyz, offset, new_xyz=None
     fn = "random_ball_query"
     nsample, max_radius, min_radius = _ball_args(fn, nsample, max_radius, min_radius)
     xyz, off, new_xyz, new_off = _query_args(fn, xyz, offset, new_xyz, new_offset)
+    V.check_fits(fn, "nsample", nsample, "idx and dist", (new_xyz.shape[0], nsample), 16, xyz.device)
     with torch.no_grad():
         batch = offsets_to_batch(off, xyz.shape[0])
         keys = batch.to(torch.float64) + torch.rand(xyz.shape[0], dtype=torch.float64, device=xyz.device)
@@ -415,6 +417,7 @@ def farthest_point_sampling(xyz, offset, new_offset):
                         f"{new_offset.dtype if isinstance(new_offset, torch.Tensor) else type(new_offset).__name__}")
     if new_offset.dim() != 1 or new_offset.shape[0] != off.shape[0]:
         raise ValueError(f"{fn}: new_offset must have shape ({off.shape[0]},) like offset, got {V._shape(new_offset)}")
+    V.check_host_readable(fn, "new_offset", new_offset, xyz.device)
     new_off = new_offset.to(device=xyz.device, dtype=torch.int64)
     counts = torch.diff(new_off, prepend=new_off.new_zeros(1))
     lengths = torch.diff(off, prepend=off.new_zeros(1))
@@ -894,6 +897,7 @@ def query_and_group(nsample, xyz, new_xyz, feat, idx, offset, new_offset, dilati
     _check_xyz(fn, "xyz", xyz)
     _check_xyz(fn, "new_xyz", new_xyz)
     _check_feat(fn, "feat", feat, xyz.shape[0])
+    _same_device(fn, "xyz", xyz, new_xyz=new_xyz, feat=feat)
     li = idx.long()
     li = torch.where(li < 0, li + xyz.shape[0], li)  # Python's negative index, as the original
     m = new_xyz.shape[0]

@@ -233,7 +233,7 @@ def _grouping_backward_postech(m, nsample, c, grad_output, idx, grad_input):
     fn = "grouping_backward_cuda"
     m, nsample, c = _int(fn, "m", m), _int(fn, "nsample", nsample, 1), _int(fn, "c", c)
     _feat(fn, "grad_output", grad_output, (m, nsample, c))
-    _feat(fn, "grad_input", grad_input, (None, c))
+    _feat(fn, "grad_input", grad_input, (None, c), grad_output.device)
     i = _idx(fn, "idx", idx, (m, nsample), grad_input.shape[0], grad_output.device)
     out = _out(fn, "grad_input", grad_input, tuple(grad_input.shape), grad_output.device)
     with torch.no_grad():
@@ -246,7 +246,7 @@ def _interpolation_forward_postech(n, c, k, input, idx, weight, output):
     fn = "interpolation_forward_cuda"
     n, c, k = _int(fn, "n", n), _int(fn, "c", c), _int(fn, "k", k, 1)
     _feat(fn, "input", input, (None, c))
-    _feat(fn, "weight", weight, (n, k))
+    _feat(fn, "weight", weight, (n, k), input.device)
     i = _idx(fn, "idx", idx, (n, k), input.shape[0], input.device)
     out = _out(fn, "output", output, (n, c), input.device)
     g = input.index_select(0, i.reshape(-1)).view(n, k, c)
@@ -259,8 +259,8 @@ def _interpolation_backward_postech(n, c, k, grad_output, idx, weight, grad_inpu
     fn = "interpolation_backward_cuda"
     n, c, k = _int(fn, "n", n), _int(fn, "c", c), _int(fn, "k", k, 1)
     _feat(fn, "grad_output", grad_output, (n, c))
-    _feat(fn, "weight", weight, (n, k))
-    _feat(fn, "grad_input", grad_input, (None, c))
+    _feat(fn, "weight", weight, (n, k), grad_output.device)
+    _feat(fn, "grad_input", grad_input, (None, c), grad_output.device)
     i = _idx(fn, "idx", idx, (n, k), grad_input.shape[0], grad_output.device)
     out = _out(fn, "grad_input", grad_input, tuple(grad_input.shape), grad_output.device)
     with torch.no_grad():
@@ -283,7 +283,7 @@ def subtraction_forward_cuda(n, nsample, c, input1, input2, idx, output):
     fn = "subtraction_forward_cuda"
     n, nsample, c = _int(fn, "n", n), _int(fn, "nsample", nsample, 1), _int(fn, "c", c)
     _feat(fn, "input1", input1, (n, c))
-    _feat(fn, "input2", input2, (None, c))
+    _feat(fn, "input2", input2, (None, c), input1.device)
     i = _idx(fn, "idx", idx, (n, nsample), input2.shape[0], input1.device)
     out = _out(fn, "output", output, (n, nsample, c), input1.device)
     _write(out, input1.unsqueeze(1) - input2.index_select(0, i.reshape(-1)).view(n, nsample, c))
@@ -304,8 +304,8 @@ def subtraction_backward_cuda(n, nsample, c, idx, grad_output, grad_input1, grad
     fn = "subtraction_backward_cuda"
     n, nsample, c = _int(fn, "n", n), _int(fn, "nsample", nsample, 1), _int(fn, "c", c)
     _feat(fn, "grad_output", grad_output, (n, nsample, c))
-    _feat(fn, "grad_input1", grad_input1, (n, c))
-    _feat(fn, "grad_input2", grad_input2, (None, c))
+    _feat(fn, "grad_input1", grad_input1, (n, c), grad_output.device)
+    _feat(fn, "grad_input2", grad_input2, (None, c), grad_output.device)
     i = _idx(fn, "idx", idx, (n, nsample), grad_input2.shape[0], grad_output.device)
     g1 = _out(fn, "grad_input1", grad_input1, (n, c), grad_output.device)
     g2 = _out(fn, "grad_input2", grad_input2, tuple(grad_input2.shape), grad_output.device)
@@ -329,8 +329,8 @@ def aggregation_forward_cuda(n, nsample, c, w_c, input, position, weight, idx, o
     fn = "aggregation_forward_cuda"
     n, nsample, c, w_c = _int(fn, "n", n), _int(fn, "nsample", nsample, 1), _int(fn, "c", c), _int(fn, "w_c", w_c, 1)
     _feat(fn, "input", input, (None, c))
-    _feat(fn, "position", position, (n, nsample, c))
-    _feat(fn, "weight", weight, (n, nsample, w_c))
+    _feat(fn, "position", position, (n, nsample, c), input.device)
+    _feat(fn, "weight", weight, (n, nsample, w_c), input.device)
     i = _idx(fn, "idx", idx, (n, nsample), input.shape[0], input.device)
     out = _out(fn, "output", output, (n, c), input.device)
     vals = input.index_select(0, i.reshape(-1)).view(n, nsample, c) + position
@@ -353,9 +353,9 @@ def aggregation_backward_cuda(n, nsample, c, w_c, input, position, weight, idx, 
     fn = "aggregation_backward_cuda"
     n, nsample, c, w_c = _int(fn, "n", n), _int(fn, "nsample", nsample, 1), _int(fn, "c", c), _int(fn, "w_c", w_c, 1)
     _feat(fn, "input", input, (None, c))
-    _feat(fn, "position", position, (n, nsample, c))
-    _feat(fn, "weight", weight, (n, nsample, w_c))
-    _feat(fn, "grad_output", grad_output, (n, c))
+    _feat(fn, "position", position, (n, nsample, c), input.device)
+    _feat(fn, "weight", weight, (n, nsample, w_c), input.device)
+    _feat(fn, "grad_output", grad_output, (n, c), input.device)
     i = _idx(fn, "idx", idx, (n, nsample), input.shape[0], input.device)
     gi = _out(fn, "grad_input", grad_input, tuple(input.shape), input.device)
     gp = _out(fn, "grad_position", grad_position, (n, nsample, c), input.device)

@@ -281,6 +281,11 @@ def _plan_for(fn: str, full_index: Tensor, dim: int, index: Tensor, src: Tensor,
     else:
         N = int(index.max()) + 1 if index.numel() else 0
     _range_check(fn, "index", index, N)
+    if out is None:
+        oshape = list(src.shape)
+        oshape[dim] = N
+        V.check_fits(fn, "dim_size" if dim_size is not None else "index.max() + 1", N, "the output",
+                     oshape, src.element_size(), src.device)
     return _Plan(full_index, dim, N)
 
 
@@ -389,7 +394,7 @@ def scatter(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = N
         return _scatter(src, index, dim, out, dim_size, "min")[0]
     if reduce == "max":
         return _scatter(src, index, dim, out, dim_size, "max")[0]
-    raise ValueError("scatter: reduce must be one of 'sum', 'add', 'mul', 'mean', 'min', 'max', got " + reduce)
+    raise ValueError("scatter: reduce must be one of 'sum', 'add', 'mul', 'mean', 'min', 'max', got " + str(reduce))
 
 
 # --------------------------------------------------------------------------- segment_csr / gather_csr
@@ -397,6 +402,9 @@ def scatter(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = N
 
 def _indptr(fn: str, indptr, src: Tensor) -> Tuple[Tensor, int]:
     _check_index(fn, "indptr", indptr, src)
+    if indptr.shape[-1] < 1 and src.numel() > 0:  # an empty src takes an empty indptr (0 segments)
+        raise ValueError(f"{fn}: indptr must have at least one entry along its last dimension "
+                         f"(S + 1 for S segments), got shape {tuple(indptr.shape)}")
     dim = indptr.dim() - 1
     lead = list(src.shape[:dim])
     try:
@@ -597,7 +605,7 @@ def segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None, reduc
         return _segment_csr(src, indptr, out, "min", False)[0]
     if reduce == "max":
         return _segment_csr(src, indptr, out, "max", False)[0]
-    raise ValueError("segment_csr: reduce must be one of 'sum', 'add', 'mean', 'min', 'max', got " + reduce)
+    raise ValueError("segment_csr: reduce must be one of 'sum', 'add', 'mean', 'min', 'max', got " + str(reduce))
 
 
 @torch.jit.ignore
@@ -617,11 +625,16 @@ def _gather_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor]) -> Tensor:
         _check_out(fn, out, src, dim, E)
     else:
         E = int(ptr.reshape(-1)[-1]) if src.numel() > 0 and ptr.numel() else 0
+        oshape = list(shape)
+        oshape[dim] = E
+        V.check_fits(fn, "indptr[..., -1]", E, "the output", oshape, src.element_size(), src.device)
     oshape = list(shape)
     oshape[dim] = E
     if src.numel() == 0:
         return _zeros_from(src, oshape) if out is None else out
     _check_ptr(fn, ptr, E, f"the output size {E} along dim {dim}")
+    if E == 0:  # every range empty: nothing to gather
+        return _zeros_from(src, oshape) if out is None else out
     binv = all(ptr.stride(i) == 0 or ptr.shape[i] == 1 for i in range(dim))
     slot = _csr_index(ptr[(0,) * dim] if binv and dim else ptr, E)
     tshape = list(oshape)
@@ -772,7 +785,7 @@ def segment_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None, dim_si
         return _segment_coo(src, index, out, dim_size, "min")[0]
     if reduce == "max":
         return _segment_coo(src, index, out, dim_size, "max")[0]
-    raise ValueError("segment_coo: reduce must be one of 'sum', 'add', 'mean', 'min', 'max', got " + reduce)
+    raise ValueError("segment_coo: reduce must be one of 'sum', 'add', 'mean', 'min', 'max', got " + str(reduce))
 
 
 @torch.jit.ignore
@@ -844,12 +857,11 @@ def _floating(fn: str, src) -> None:
 def _softmax(src: Tensor, index: Tensor, dim: int, dim_size: Optional[int], log: bool, eps: float) -> Tensor:
     fn = "scatter_log_softmax" if log else "scatter_softmax"
     _floating(fn, src)
+    eps = V.check_float(fn, "eps", eps)
     _check_index(fn, "index", index, src)
     d = _norm_dim(fn, dim, src.dim())
     idx = _broadcast(fn, "index", index, list(src.shape), d)
-    N = V.check_int(fn, "dim_size", dim_size, 0) if dim_size is not None else (int(index.max()) + 1 if index.numel() else 0)
-    _range_check(fn, "index", index, N)
-    plan = _Plan(idx, d, N)
+    plan = _plan_for(fn, idx, d, index, src, None, dim_size)
     # Only the values of the maxima matter here (a shift by -0.0 or +0.0 is the same shift).
     mx = plan.unrows(_seg._extreme_values(plan.rows(src).detach(), plan.key, plan.S, "max"))
     shifted = src - plan.gather(mx)
@@ -918,6 +930,7 @@ def _logsumexp(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_
                eps: float) -> Tensor:
     fn = "scatter_logsumexp"
     _floating(fn, src)
+    eps = V.check_float(fn, "eps", eps)
     _check_index(fn, "index", index, src)
     d = _norm_dim(fn, dim, src.dim())
     idx = _broadcast(fn, "index", index, list(src.shape), d)

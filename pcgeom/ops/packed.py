@@ -60,6 +60,7 @@ def offsets_arg(fn: str, name: str, offsets, n_total: int, device) -> torch.Tens
         raise TypeError(f"{fn}: {name} must be an integer tensor of shape (B,), got dtype {offsets.dtype}")
     if offsets.dim() != 1 or offsets.shape[0] < 1:
         raise ValueError(f"{fn}: {name} must have shape (B,) with B >= 1 (cumulative end offsets), got {tuple(offsets.shape)}")
+    V.check_host_readable(fn, name, offsets, device)
     offsets = offsets.to(device=device, dtype=torch.int64)
     if not V.compiling():
         # One sync for all three checks.
