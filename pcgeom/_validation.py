@@ -123,41 +123,51 @@ def check_offsets_unused(fn: str, *offsets) -> None:
         )
 
 
-def _bytes_str(n: float) -> str:
-    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
-    i = 0
-    while n >= 1024 and i < len(units) - 1:
+def bytes_str(n: float) -> str:
+    """``1.5 GiB``-style sizes for the size errors (the kernels' ``bytes_str`` in csrc/common/checks.h)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if n < 1024 or unit == "EiB":
+            return f"{n:.1f} {unit}"
         n /= 1024
-        i += 1
-    return f"{n:.1f} {units[i]}"
+
+
+def alloc_named(fn: str, arg: str, value, what: str, shape, bytes_per_elem: int, make):
+    """Runs ``make()`` (an allocation sized by ``arg``), naming ``arg``, the shape and the bytes if it fails.
+
+    The Python twin of the kernels' ``alloc_output``: a size no address space
+    holds is refused before ``make`` runs; an allocation that fails becomes
+    ``<fn>: <arg>=<value> needs <what> of shape (...), <bytes>, and allocating
+    it failed on the input's device``.
+    """
+    need = float(bytes_per_elem)
+    for s in shape:
+        need *= float(s)
+    dims = ", ".join(str(int(s)) for s in shape)
+    if need >= 2.0 ** 63:
+        raise RuntimeError(f"{fn}: {arg}={value} is too large: {what} of shape ({dims}) would need "
+                           f"{bytes_str(need)}, more than any address space holds")
+    try:
+        return make()
+    except (RuntimeError, MemoryError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+        raise RuntimeError(f"{fn}: {arg}={value} needs {what} of shape ({dims}), {bytes_str(need)}, "
+                           f"and allocating it failed on the input's device") from exc
 
 
 def check_fits(fn: str, arg: str, value, what: str, shape, bytes_per_elem: int, device) -> None:
-    """Raises a named error when an output sized by ``arg`` cannot be allocated.
+    """:func:`alloc_named` for outputs that Python code allocates piecemeal later (no single ``make``).
 
-    The Python twin of the kernels' ``alloc_output``: a size nobody can hold
-    (``nsample=2**40``, ``dim_size=2**40``) gets a message with the argument,
-    the shape and the bytes instead of the allocator's.  It reserves the bytes
-    once and frees them (a CUDA caching allocator keeps them for the real
-    outputs), so it runs only where a size is large enough to fail.
+    From 1 GiB up it reserves the bytes once and frees them (a CUDA caching
+    allocator keeps them for the real outputs); smaller sizes cost nothing.
     """
     if compiling():
         return
-    total = float(bytes_per_elem)
+    need = float(bytes_per_elem)
     for s in shape:
-        total *= float(s)
-    dims = ", ".join(str(int(s)) for s in shape)
-    if total >= 2.0 ** 63:
-        raise RuntimeError(f"{fn}: {arg}={value} is too large: {what} of shape ({dims}) would need "
-                           f"{_bytes_str(total)}, more than any address space holds")
-    if total < 2.0 ** 30:
+        need *= float(s)
+    if need < 2.0 ** 30:
         return
-    try:
-        torch.empty(int(total), dtype=torch.uint8, device=device)
-    except (RuntimeError, MemoryError):  # torch.OutOfMemoryError is a RuntimeError
-        raise RuntimeError(f"{fn}: {arg}={value} needs {what} of shape ({dims}), {_bytes_str(total)}, "
-                           f"and allocating it failed on {torch.device(device)}") from None
-
+    alloc_named(fn, arg, value, what, shape, bytes_per_elem,
+                lambda: torch.empty(int(need), dtype=torch.uint8, device=device))
 
 def check_host_readable(fn: str, name: str, t: torch.Tensor, device) -> None:
     """Offsets / lengths are read on the host: a meta tensor (no data) on either side is named."""

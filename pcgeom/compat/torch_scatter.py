@@ -625,11 +625,10 @@ def _gather_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor]) -> Tensor:
         _check_out(fn, out, src, dim, E)
     else:
         E = int(ptr.reshape(-1)[-1]) if src.numel() > 0 and ptr.numel() else 0
-        oshape = list(shape)
-        oshape[dim] = E
-        V.check_fits(fn, "indptr[..., -1]", E, "the output", oshape, src.element_size(), src.device)
     oshape = list(shape)
     oshape[dim] = E
+    if out is None:
+        V.check_fits(fn, "indptr[..., -1]", E, "the output", oshape, src.element_size(), src.device)
     if src.numel() == 0:
         return _zeros_from(src, oshape) if out is None else out
     _check_ptr(fn, ptr, E, f"the output size {E} along dim {dim}")

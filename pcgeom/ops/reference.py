@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from pcgeom._validation import alloc_named
+
 BUDGET_BYTES = 256 * 2**20
 _KEY_SENTINEL = torch.iinfo(torch.int64).max
 
@@ -107,30 +109,6 @@ def _check_index_range(op: str, name: str, idx, n: int) -> None:
             raise RuntimeError(f"{op}: {name} values must be in [-1, {n}), got {bad}")
 
 
-def _bytes_str(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if n < 1024 or unit == "PiB":
-            return f"{n:.1f} {unit}"
-        n /= 1024
-
-
-def _alloc(op: str, arg: str, value: int, what: str, shape, bytes_per_elem: int, make):
-    """Runs ``make()`` (an allocation sized by ``arg``), naming ``arg`` and the size if it fails."""
-    elems = 1
-    for s in shape:
-        elems *= int(s)
-    need = elems * bytes_per_elem
-    dims = ", ".join(str(int(s)) for s in shape)
-    if elems >= 2**63:
-        raise RuntimeError(f"{op}: {arg}={value} is too large: {what} of shape ({dims}) would need "
-                           f"{_bytes_str(need)}, more than any address space holds")
-    try:
-        return make()
-    except (RuntimeError, MemoryError) as exc:
-        raise RuntimeError(f"{op}: {arg}={value} needs {what} of shape ({dims}), {_bytes_str(need)}, "
-                           f"and allocating it failed on the input's device") from exc
-
-
 def _check_search_args(op, query, points, k, query_lengths, points_lengths) -> None:
     _check_rank(op, "query", query, 3, "(B, M, D)")
     _check_rank(op, "points", points, 3, "(B, N, D)")
@@ -211,9 +189,9 @@ def _knn_search(query, points, k, query_lengths, points_lengths, radius2=None, o
     _check_range(op, "points_lengths", pl, 0, N)
     acc = acc_dtype(query.dtype)
     per = query.element_size() + 8
-    dist_out = _alloc(op, "k", k, "dist2 and idx", (B, M, k), per,
+    dist_out = alloc_named(op, "k", k, "dist2 and idx", (B, M, k), per,
                       lambda: torch.full((B, M, k), float("inf"), dtype=query.dtype, device=query.device))
-    idx_out = _alloc(op, "k", k, "dist2 and idx", (B, M, k), per,
+    idx_out = alloc_named(op, "k", k, "dist2 and idx", (B, M, k), per,
                      lambda: torch.full((B, M, k), -1, dtype=torch.int64, device=query.device))
     if B * M == 0 or N == 0:
         return dist_out, idx_out
@@ -342,7 +320,7 @@ def knn_gather_backward_reference(grad, idx, n):
     _check_device(op, grad, idx=idx)
     _check_index_range(op, "idx", idx, n)
     acc = acc_dtype(grad.dtype)
-    out = _alloc(op, "n", n, "the gradient", (B, n, C), grad.element_size() + (4 if acc != grad.dtype else 0),
+    out = alloc_named(op, "n", n, "the gradient", (B, n, C), grad.element_size() + (4 if acc != grad.dtype else 0),
                  lambda: torch.zeros((B, n, C), dtype=acc, device=grad.device))
     if n == 0 or grad.numel() == 0:
         return out.to(grad.dtype)
@@ -382,7 +360,7 @@ def farthest_point_sample_reference(points, n_samples, lengths, start_index):
     for b, (n, st) in enumerate(zip(lens, starts)):
         if n > 0 and not 0 <= st < n:
             raise RuntimeError(f"farthest_point_sample: start_index[{b}]={st} is outside [0, {n})")
-    out = _alloc(op, "n_samples", S, "the indices", (B, S), 8,
+    out = alloc_named(op, "n_samples", S, "the indices", (B, S), 8,
                  lambda: torch.full((B, S), -1, dtype=torch.int64, device=dev))
     if B == 0 or N == 0 or S == 0:
         return out
