@@ -440,11 +440,19 @@ def _rank_pid(launcher: int, rank: int) -> int | None:
     return None
 
 
-def _outputs(out: Path) -> dict[str, object]:
+def _outputs(out: Path, *, finished_only: bool = False) -> dict[str, object]:
+    """Every file under ``out``, ``.pt`` files loaded.
+
+    ``finished_only`` skips the hidden ``.pcgeom-partial`` folders *before*
+    reading them: a rank killed mid-write leaves a truncated file there, and
+    loading it would raise EOFError (it is never an output name).
+    """
     res = {}
     for p in sorted(out.rglob("*")):
+        rel = p.relative_to(out).as_posix()
+        if finished_only and ".pcgeom-partial" in rel:
+            continue
         if p.is_file():
-            rel = p.relative_to(out).as_posix()
             res[rel] = torch.load(p, weights_only=True) if p.suffix == ".pt" else p.read_bytes()
     return res
 
@@ -497,7 +505,7 @@ def test_group_under_torchrun_killed_rank_then_rerun(tmp_path):
     assert run.returncode != 0
     # A SIGKILLed rank cannot remove the hidden temp folder of the file it was writing: that folder is never an
     # output name, and the rerun below must clear it.
-    partial = {k: v for k, v in _outputs(out).items() if ".pcgeom-partial" not in k}
+    partial = _outputs(out, finished_only=True)
     assert set(partial) < set(ref)  # unfinished, and nothing half-written under an output name
     for name, value in partial.items():  # every output present is complete and final
         if name.endswith(".pt"):
