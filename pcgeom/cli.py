@@ -202,11 +202,21 @@ def _demo(args) -> int:
     import pcgeom
     import pcgeom.data
     from pcgeom.io import write_ply
+    from pcgeom.io.output import write_atomic
     from pcgeom.vis import render_neighbourhoods
 
     out = Path(args.out)
     ply_path = out / f"{args.scan}_patches.ply"
     png_path = out / f"{args.scan}_patches.png"
+    guard = _plan_outputs("pcgeom demo", out, [(pcgeom.data.path(args.scan), None)])
+    try:
+        if isinstance(guard, str):
+            raise ValueError(guard)
+        for t in (ply_path, png_path):
+            guard.check("pcgeom demo", t)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     existing = [str(p) for p in (ply_path, png_path) if p.exists()]
     if existing and not args.overwrite:
         print(
@@ -244,14 +254,16 @@ def _demo(args) -> int:
     idx_cpu, ctr_cpu = idx[0].cpu(), ctr[0].cpu()
     labels = _patch_labels(len(points), idx_cpu)
     t0 = time.perf_counter()
-    write_ply(ply_path, points, colors=_labelled_colors(labels), normals=normals,
-              properties={"patch": labels}, overwrite=args.overwrite)
+    write_atomic(ply_path, lambda tmp: write_ply(tmp, points, colors=_labelled_colors(labels), normals=normals,
+                                                 properties={"patch": labels}), overwrite=args.overwrite)
     t_ply = time.perf_counter() - t0
     print(f"wrote     {ply_path}  ({len(points):,} points coloured by patch, 'patch' property) in {1e3 * t_ply:.1f} ms")
     t0 = time.perf_counter()
     try:
-        rendered = render_neighbourhoods(points, ctr_cpu, idx_cpu, png_path, size=args.size, backend=args.renderer,
-                                         overwrite=args.overwrite)
+        rendered = []
+        write_atomic(png_path, lambda tmp: rendered.append(render_neighbourhoods(
+            points, ctr_cpu, idx_cpu, tmp, size=args.size, backend=args.renderer)), overwrite=args.overwrite)
+        rendered = rendered[0]
     except (ImportError, RuntimeError) as exc:
         print(f"pcgeom demo: no picture: {exc}", file=sys.stderr)
         return 1
@@ -271,15 +283,22 @@ def _collect_inputs(inputs, out):
     """
     from pathlib import Path
 
+    from pcgeom.io.output import is_partial
+
     out = Path(out).resolve()
     found, errors = [], []
     for raw in inputs:
         p = Path(raw)
         if p.is_dir():
-            files = sorted(q for q in p.rglob("*") if q.is_file() and q.suffix.lower() == ".ply"
-                           and not q.resolve().is_relative_to(out))
-            if not files:
+            plys = sorted(q for q in p.rglob("*") if q.is_file() and q.suffix.lower() == ".ply"
+                          and not any(is_partial(part) for part in q.relative_to(p).parts))
+            files = [q for q in plys if not q.resolve().is_relative_to(out)]
+            if not plys:
                 errors.append((raw, "folder holds no .ply files"))
+            elif not files:
+                errors.append((raw, f"its {len(plys)} .ply file{'s' if len(plys) != 1 else ''} all lie inside "
+                                    f"--out {out}, whose files are never read as inputs (outputs would replace "
+                                    "them); choose another --out"))
             found += [(q, q.relative_to(p).with_suffix("")) for q in files]
         elif p.is_file():
             found.append((p, Path(p.stem)))
@@ -305,21 +324,28 @@ def _rank_share(n_files: int, rank: int, world: int) -> list[int]:
     return list(range(rank, n_files, world))
 
 
-def _group_move(tmp, target, replace: bool) -> None:
-    """Moves a finished file into place in one step (a reader sees all of it or nothing)."""
-    import os
+def _failure(exc: BaseException, src) -> str:
+    """One bad file's reason for the report: the message, without read_ply's own path prefix."""
+    why = str(exc) if isinstance(exc, (ValueError, TypeError, OSError, RuntimeError)) else f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, MemoryError):
+        why = f"MemoryError: not enough memory for this file{': ' + str(exc) if str(exc) else ''}"
+    prefix = f"read_ply: {src}: "
+    return why[len(prefix):] if why.startswith(prefix) else why
 
-    if replace:
-        os.replace(tmp, target)
-        return
+
+def _plan_outputs(fn: str, out, files):
+    """The shared prologue of group and preprocess: --out must be a folder, inputs are never outputs.
+
+    Returns the :class:`~pcgeom.io.output.InputGuard` over every input file, or the message
+    saying why the run cannot start.
+    """
+    from pcgeom.io.output import InputGuard, check_out_folder
+
     try:
-        os.link(tmp, target)  # refuses to clobber a file that appeared meanwhile
-    except FileExistsError:
-        raise FileExistsError(f"output exists: {target} (pass --overwrite to replace)") from None
-    except OSError:
-        os.replace(tmp, target)  # file systems without hard links
-    else:
-        os.unlink(tmp)
+        check_out_folder(fn, out)
+    except NotADirectoryError as exc:
+        return str(exc)
+    return InputGuard(src for src, _ in files)
 
 
 def _group_one(src, base, targets, args, device, resume: bool):
@@ -339,6 +365,8 @@ def _group_one(src, base, targets, args, device, resume: bool):
     import pcgeom
     from pcgeom.io import read_ply, write_ply
     from pcgeom.vis import render_neighbourhoods
+
+    from pcgeom.io.output import publish
 
     ply_t, pt_t = targets[0], targets[1]
     partial = base.parent / f".{base.name}.pcgeom-partial"
@@ -380,16 +408,14 @@ def _group_one(src, base, targets, args, device, resume: bool):
         result = {"centers": ctr0, "center_idx": cidx[0].cpu(), "idx": idx0, "neighborhoods": nbhd[0].cpu()}
         torch.save(result, partial / pt_t.name)
         for t in [ply_t] + targets[2:] + [pt_t]:  # the .pt last: its presence means "finished"
-            _group_move(partial / t.name, t, replace)
+            publish(partial / t.name, t, overwrite=replace)
             moved.append(t)
         return "done"
     except Exception as exc:  # one bad file is reported, never the end of the run (Ctrl-C still is)
-        why = str(exc) if isinstance(exc, (ValueError, TypeError, OSError, RuntimeError)) else f"{type(exc).__name__}: {exc}"
-        prefix = f"read_ply: {src}: "
         if not replace:
             for t in moved:  # leave nothing half-made behind
                 Path(t).unlink(missing_ok=True)
-        return why[len(prefix):] if why.startswith(prefix) else why
+        return _failure(exc, src)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
 
@@ -435,6 +461,10 @@ def _group_ranked(args, rank: int, world: int, local_rank: int, resume: bool) ->
             return 1
     out = Path(args.out)
     files, failures = _collect_inputs(args.inputs, out)
+    guard = _plan_outputs("pcgeom group", out, files)
+    if isinstance(guard, str):
+        say(guard, err=True)
+        return 1
     if not files:
         for name, why in failures:
             say(f"pcgeom group: {name}: {why}", err=True)
@@ -452,6 +482,11 @@ def _group_ranked(args, rank: int, world: int, local_rank: int, resume: bool) ->
             clash = f"its outputs {base}.* would collide with those of {seen[base]}; process them separately"
         else:
             seen[base] = src
+            try:
+                for t in targets:
+                    guard.check("pcgeom group", t)
+            except ValueError as exc:
+                clash = str(exc).removeprefix("pcgeom group: ")
         plan.append((i, src, base, targets, clash))
     results = []
     mine = [plan[i] for i in _rank_share(len(plan), rank, world)]
@@ -511,18 +546,14 @@ def _positive_float(text: str) -> float:
 
 def _preprocess_one(src, target, args, device):
     """Preprocesses one file into ``target``; returns "done" or the reason it failed."""
-    import os
-    import tempfile
-    from pathlib import Path
-
     import torch
 
     import pcgeom
     from pcgeom.io import read_ply, write_ply
+    from pcgeom.io.output import write_atomic
 
     if target.exists() and not args.overwrite:
         return f"output exists: {target} (pass --overwrite to replace)"
-    tmp = None
     try:
         cloud = read_ply(src, dtype=torch.float64 if args.float64 else torch.float32)
         pts = cloud.points
@@ -551,19 +582,11 @@ def _preprocess_one(src, target, args, device):
         colors = None if cloud.colors is None else cloud.colors[keep]
         props = {name: v[keep] for name, v in cloud.properties.items()}
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".pcgeom-partial", dir=target.parent)
-        os.close(fd)
-        write_ply(tmp, pts[keep], colors=colors, normals=normals, properties=props, overwrite=True)
-        _group_move(tmp, target, args.overwrite)
-        tmp = None
+        write_atomic(target, lambda tmp: write_ply(tmp, pts[keep], colors=colors, normals=normals, properties=props),
+                     overwrite=args.overwrite)
         return "done", len(pts), len(keep)
-    except (ValueError, TypeError, OSError, RuntimeError) as exc:
-        why = str(exc)
-        prefix = f"read_ply: {src}: "
-        return why[len(prefix):] if why.startswith(prefix) else why
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
+    except Exception as exc:  # one bad file (even one too large for memory) is reported; the run goes on
+        return _failure(exc, src)
 
 
 def _preprocess(args) -> int:
@@ -581,6 +604,10 @@ def _preprocess(args) -> int:
     device = _device(args.device)
     out = Path(args.out)
     files, failures = _collect_inputs(args.inputs, out)
+    guard = _plan_outputs("pcgeom preprocess", out, files)
+    if isinstance(guard, str):
+        print(guard, file=sys.stderr)
+        return 1
     if not files:
         for name, why in failures:
             print(f"pcgeom preprocess: {name}: {why}", file=sys.stderr)
@@ -595,6 +622,11 @@ def _preprocess(args) -> int:
                              "process them separately"))
             continue
         seen[target] = src
+        try:
+            guard.check("pcgeom preprocess", target)
+        except ValueError as exc:
+            failures.append((str(src), str(exc).removeprefix("pcgeom preprocess: ")))
+            continue
         status = _preprocess_one(src, target, args, device)
         if isinstance(status, tuple):
             done += 1
@@ -638,7 +670,7 @@ def _add_preprocess_parser(sub) -> None:
     p.add_argument("--viewpoint", type=_pair((float, float, float), "x,y,z such as 0,0,10"), default=None,
                    metavar="x,y,z", help="orient the normals towards this point")
     p.add_argument("--float64", action="store_true", help="compute in float64 (Open3D's precision)")
-    p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    p.add_argument("--overwrite", action="store_true", help="replace existing outputs (never an input)")
     p.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda when available)")
     p.set_defaults(func=_preprocess)
 
@@ -707,7 +739,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=_positive, required=True, help="neighbours per patch")
     p.add_argument("--out", required=True, help="output folder (created if needed)")
     p.add_argument("--png", action="store_true", help="also render a picture of each cloud's patches")
-    p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    p.add_argument("--overwrite", action="store_true", help="replace existing outputs (never an input)")
     p.add_argument("--resume", action="store_true",
                    help="skip inputs whose outputs an earlier run with the same --centers/--k finished and redo "
                    "the rest (always on under torchrun)")

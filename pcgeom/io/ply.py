@@ -430,6 +430,25 @@ def _line_offset(f, offset: int, lines: int) -> int:
     return offset
 
 
+def _ascii_row_error(exc: Exception, vertex: _Element) -> str:
+    """numpy's parse error in PLY terms: 0-based vertex rows, the header's columns, no numpy advice."""
+    names = " ".join(p.name for p in vertex.properties)
+    msg = str(exc)
+    m = re.match(r"the number of columns changed from (\d+) to (\d+) at row (\d+)", msg)
+    if m:
+        before, now, row = (int(g) for g in m.groups())
+        return (f"malformed data at vertex row {row - 1}: {now} values where the rows before it have {before}; "
+                f"the header declares {len(vertex.properties)} ({names})")
+    m = re.match(r"could not convert string (.+) to \w+ at row (\d+), column (\d+)", msg)
+    if m:
+        what, row, col = m.group(1), int(m.group(2)), int(m.group(3))
+        prop = vertex.properties[col - 1].name if col <= len(vertex.properties) else f"column {col}"
+        # numpy counts this message's rows from 0 (the column-count one from 1)
+        return f"malformed data at vertex row {row}: {prop} is {what}, not a number"
+    msg = msg.split("; use `usecols`")[0]  # numpy's advice is about its API, not the file
+    return f"malformed data in the vertex rows: {msg}"
+
+
 def _read_ascii_rows(path, f, offset: int, vertex: _Element, dtype: np.dtype) -> np.ndarray:
     out = np.empty(vertex.count, dtype=dtype)
     if vertex.count == 0:
@@ -441,7 +460,7 @@ def _read_ascii_rows(path, f, offset: int, vertex: _Element, dtype: np.dtype) ->
         # float32 nearest to a decimal (9 digits are far from a rounding tie).
         table = np.loadtxt(text, dtype=np.float64, max_rows=vertex.count, ndmin=2, comments=None)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise _fail(path, f"malformed data in the vertex rows: {exc}") from None
+        raise _fail(path, _ascii_row_error(exc, vertex)) from None
     finally:
         text.detach()
     ncol = len(vertex.properties)
