@@ -222,7 +222,7 @@ def test_group_failure_leaves_no_partial_output(tmp_path, capsys):
 
 
 def test_group_rank_share_is_a_deterministic_partition():
-    from pcgeom.cli import _rank_share
+    from pcgeom.cli.group import rank_share as _rank_share
 
     for n in (0, 1, 5, 12):
         for world in (1, 2, 3, 8):

@@ -1,0 +1,120 @@
+"""What the subcommands share: devices, the backend line, argument types, patch colours, and the
+input/output handling of the commands that process PLY files (group, preprocess)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def pick_device(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"pcgeom: --device {name}: CUDA is not available in this torch ({torch.__version__})")
+    return dev
+
+
+def backend_line(device) -> str:
+    import pcgeom
+
+    info = pcgeom.backend_info()
+    native = set(info["native_devices"])
+    if device.type in native:
+        where = f"native {device.type.upper()} kernels"
+    elif info["disabled_by_env"]:
+        where = "pure-torch reference path (PCGEOM_DISABLE_EXT=1)"
+    else:
+        where = f"pure-torch reference path (no native {device.type.upper()} kernels; `pcgeom doctor` says why)"
+    return f"{where}, torch {info['torch_version']}, device {device}"
+
+
+def positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    return v
+
+
+def patch_labels(n_points: int, idx):
+    """Per-point patch number (-1 = in no patch; where patches overlap the later one wins)."""
+    import torch
+
+    labels = torch.full((n_points,), -1, dtype=torch.int32)
+    g = torch.arange(idx.shape[0], dtype=torch.int32)[:, None].expand_as(idx)
+    valid = idx >= 0
+    labels[idx[valid]] = g[valid]  # later patches are written last
+    return labels
+
+
+def labelled_colors(labels):
+    import torch
+
+    from pcgeom.vis import patch_colors
+
+    palette = torch.from_numpy(patch_colors(int(labels.max()) + 1 if len(labels) else 0) * 255).round().to(torch.uint8)
+    colors = torch.full((len(labels), 3), 204, dtype=torch.uint8)
+    member = labels >= 0
+    colors[member] = palette[labels[member].long()]
+    return colors
+
+
+def collect_inputs(inputs, out):
+    """(source path, output stem relative to --out) for every PLY file; plus (input, error) for bad inputs.
+
+    Files inside ``out`` are skipped, so ``pcgeom group scans/ --out scans/patches`` can be rerun
+    without grouping its own outputs.
+    """
+    from pathlib import Path
+
+    from pcgeom.io.output import is_partial
+
+    out = Path(out).resolve()
+    found, errors = [], []
+    for raw in inputs:
+        p = Path(raw)
+        if p.is_dir():
+            plys = sorted(q for q in p.rglob("*") if q.is_file() and q.suffix.lower() == ".ply"
+                          and not any(is_partial(part) for part in q.relative_to(p).parts))
+            files = [q for q in plys if not q.resolve().is_relative_to(out)]
+            if not plys:
+                errors.append((raw, "folder holds no .ply files"))
+            elif not files:
+                errors.append((raw, f"its {len(plys)} .ply file{'s' if len(plys) != 1 else ''} all lie inside "
+                                    f"--out {out}, whose files are never read as inputs (outputs would replace "
+                                    "them); choose another --out"))
+            found += [(q, q.relative_to(p).with_suffix("")) for q in files]
+        elif p.is_file():
+            found.append((p, Path(p.stem)))
+        else:
+            errors.append((raw, "no such file or folder"))
+    return found, errors
+
+
+def failure(exc: BaseException, src) -> str:
+    """One bad file's reason for the report: the message, without read_ply's own path prefix."""
+    why = str(exc) if isinstance(exc, (ValueError, TypeError, OSError, RuntimeError)) else f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, MemoryError):
+        why = f"MemoryError: not enough memory for this file{': ' + str(exc) if str(exc) else ''}"
+    prefix = f"read_ply: {src}: "
+    return why[len(prefix):] if why.startswith(prefix) else why
+
+
+def plan_outputs(fn: str, out, files):
+    """The shared prologue of group and preprocess: --out must be a folder, inputs are never outputs.
+
+    Returns the :class:`~pcgeom.io.output.InputGuard` over every input file, or the message
+    saying why the run cannot start.
+    """
+    from pcgeom.io.output import InputGuard, check_out_folder
+
+    try:
+        check_out_folder(fn, out)
+    except NotADirectoryError as exc:
+        return str(exc)
+    return InputGuard(src for src, _ in files)

@@ -1,0 +1,167 @@
+"""``pcgeom preprocess``: voxel subsampling, outlier removal and normals for PLY files.
+
+Shares group's input collection, output-safety rule (:mod:`pcgeom.io.output`) and report format.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pcgeom.cli.common import backend_line, collect_inputs, failure, pick_device, plan_outputs, positive_int
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "preprocess",
+        help="voxel-subsample, remove outliers from and estimate normals of PLY files",
+        description="For every INPUT (a .ply file, or a folder searched recursively for .ply files) writes "
+        "OUT/<name>.ply after, in this order: --voxel (pcgeom.grid_subsample, the first point per voxel), "
+        "--remove-statistical (Open3D's remove_statistical_outlier), --remove-radius (Open3D's "
+        "remove_radius_outlier) and --normals (pcgeom.estimate_normals, written as nx, ny, nz; oriented "
+        "towards --viewpoint if given).  Colours and other vertex properties of the kept points are kept. "
+        "Outputs are written to a temporary file and moved into place when complete; existing outputs are "
+        "never replaced without --overwrite.  A bad file is reported and skipped; the exit status is 1 if "
+        "any file failed.",
+    )
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="PLY files or folders of PLY files")
+    p.add_argument("--out", required=True, help="output folder (created if needed)")
+    p.add_argument("--voxel", type=_positive_float, default=None, metavar="SIZE", help="voxel size of grid_subsample")
+    p.add_argument("--remove-statistical", type=_pair((positive_int, _positive_float), "K,STD such as 20,2.0"),
+                   default=None, metavar="K,STD", help="statistical outlier removal: K neighbours, STD ratio")
+    p.add_argument("--remove-radius", type=_pair((_positive_float, positive_int), "R,MIN such as 0.05,16"),
+                   default=None, metavar="R,MIN", help="radius outlier removal: radius R, at least MIN neighbours")
+    p.add_argument("--normals", type=positive_int, default=None, metavar="K", help="estimate normals from K neighbours")
+    p.add_argument("--viewpoint", type=_pair((float, float, float), "x,y,z such as 0,0,10"), default=None,
+                   metavar="x,y,z", help="orient the normals towards this point")
+    p.add_argument("--float64", action="store_true", help="compute in float64 (Open3D's precision)")
+    p.add_argument("--overwrite", action="store_true", help="replace existing outputs (never an input)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda when available)")
+    p.set_defaults(func=run)
+
+
+def _pair(kinds, what: str):
+    """argparse type for "A,B" with the given converters (e.g. ``--remove-statistical 20,2.0``)."""
+
+    def parse(text: str):
+        parts = text.split(",")
+        try:
+            if len(parts) != len(kinds):
+                raise ValueError
+            return tuple(kind(part) for kind, part in zip(kinds, parts))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text}")
+    return v
+
+
+def _preprocess_one(src, target, args, device):
+    """Preprocesses one file into ``target``; returns "done" or the reason it failed."""
+    import torch
+
+    import pcgeom
+    from pcgeom.io import read_ply, write_ply
+    from pcgeom.io.output import write_atomic
+
+    if target.exists() and not args.overwrite:
+        return f"output exists: {target} (pass --overwrite to replace)"
+    try:
+        cloud = read_ply(src, dtype=torch.float64 if args.float64 else torch.float32)
+        pts = cloud.points
+        if not torch.isfinite(pts).all():
+            raise ValueError(f"{int((~torch.isfinite(pts).all(1)).sum())} points have NaN or infinite coordinates")
+        if len(pts) == 0:
+            raise ValueError("the file holds no points")
+        keep = torch.arange(len(pts))
+        p = pts.to(device)
+        if args.voxel is not None:
+            sub = pcgeom.grid_subsample(p, args.voxel)
+            keep, p = keep[sub.index.cpu()], p[sub.index]
+        if args.remove_statistical is not None:
+            k, std = args.remove_statistical
+            m = pcgeom.remove_statistical_outliers(p, k, std)
+            keep, p = keep[m.cpu()], p[m]
+        if args.remove_radius is not None:
+            r, n_min = args.remove_radius
+            m = pcgeom.remove_radius_outliers(p, r, n_min)
+            keep, p = keep[m.cpu()], p[m]
+        normals = None if cloud.normals is None else cloud.normals[keep]
+        if args.normals is not None:
+            if len(p) == 0:
+                raise ValueError("no points left for --normals after outlier removal")
+            normals = pcgeom.estimate_normals(p, args.normals, viewpoint=args.viewpoint).normals.cpu()
+        colors = None if cloud.colors is None else cloud.colors[keep]
+        props = {name: v[keep] for name, v in cloud.properties.items()}
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(target, lambda tmp: write_ply(tmp, pts[keep], colors=colors, normals=normals, properties=props),
+                     overwrite=args.overwrite)
+        return "done", len(pts), len(keep)
+    except Exception as exc:  # one bad file (even one too large for memory) is reported; the run goes on
+        return failure(exc, src)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    if not any(v is not None for v in (args.voxel, args.remove_statistical, args.remove_radius, args.normals)):
+        print("pcgeom preprocess: nothing to do: give at least one of --voxel, --remove-statistical, "
+              "--remove-radius, --normals", file=sys.stderr)
+        return 2
+    if args.viewpoint is not None and args.normals is None:
+        print("pcgeom preprocess: --viewpoint orients the normals of --normals K; give --normals too", file=sys.stderr)
+        return 2
+    device = pick_device(args.device)
+    out = Path(args.out)
+    files, failures = collect_inputs(args.inputs, out)
+    guard = plan_outputs("pcgeom preprocess", out, files)
+    if isinstance(guard, str):
+        print(guard, file=sys.stderr)
+        return 1
+    if not files:
+        for name, why in failures:
+            print(f"pcgeom preprocess: {name}: {why}", file=sys.stderr)
+        print("pcgeom preprocess: no PLY files to process", file=sys.stderr)
+        return 1
+    seen: dict = {}
+    done = n_in = n_out = 0
+    for src, stem in tqdm(files, desc="preprocessing", unit="file", disable=None, file=sys.stderr):
+        target = out / stem.parent / f"{stem.name}.ply"
+        if target in seen:
+            failures.append((str(src), f"its output {target} would collide with that of {seen[target]}; "
+                             "process them separately"))
+            continue
+        seen[target] = src
+        try:
+            guard.check("pcgeom preprocess", target)
+        except ValueError as exc:
+            failures.append((str(src), str(exc).removeprefix("pcgeom preprocess: ")))
+            continue
+        status = _preprocess_one(src, target, args, device)
+        if isinstance(status, tuple):
+            done += 1
+            n_in += status[1]
+            n_out += status[2]
+        else:
+            failures.append((str(src), status))
+    steps = [name for name, v in (("voxel", args.voxel), ("statistical", args.remove_statistical),
+                                  ("radius", args.remove_radius), ("normals", args.normals)) if v is not None]
+    print(f"pcgeom preprocess: {done} of {len(files)} file{'s' if len(files) != 1 else ''} written into {out} "
+          f"({' + '.join(steps)}; {n_in:,} points in, {n_out:,} kept; {backend_line(device)})")
+    if failures:
+        print(f"pcgeom preprocess: {len(failures)} failed:", file=sys.stderr)
+        for name, why in failures:
+            print(f"  {name}: {why}", file=sys.stderr)
+        return 1
+    return 0
