@@ -79,7 +79,7 @@ from pcgeom.bench.timing import (
     CallTimer,
     PeakMemory,
     clock,
-    first_call,
+    timed_call,
     interleaved,
     measure_memory,
     median_ms,
@@ -116,7 +116,7 @@ __all__ = [
     "check", "check_grid_cell", "QUICK_FPS_CHECK",
     # timing
     "GIVE_UP_S", "time_interleaved", "measure_memory", "memory_child", "scaling_child", "interleaved", "time_pair",
-    "first_call", "median_ms", "CallTimer", "clock", "sync", "PeakMemory", "status_kib", "reset_peak_rss",
+    "timed_call", "median_ms", "CallTimer", "clock", "sync", "PeakMemory", "status_kib", "reset_peak_rss",
     # report
     "Row", "render", "MISS_REASONS", "fmt", "machine",
     # grid

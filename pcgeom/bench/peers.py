@@ -197,14 +197,19 @@ UPSTREAM = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.
 
 
 def use_vendored(folder: str | None = None, *, standins: bool = False) -> str:
-    """Put ``tests/upstream/<folder>`` (``tests/upstream`` itself when None) first on ``sys.path``.
+    """Put vendored upstream code of a pcgeom checkout first on ``sys.path``; returns the folder put there.
 
-    ``standins=True`` also appends ``tests/upstream/_standins`` (minimal timm /
-    torchvision / pytorch_lightning modules the vendored models import), last, so
-    an installed copy of those wins.  The vendored code lives in a pcgeom
-    checkout only; returns the folder put on the path.
+    `folder` names a folder of ``tests/upstream`` whose packages then import by
+    their own names (``"pointcept"``: ``import pointcept``; ``"pointnet2_pytorch"``:
+    ``import pointnet2``).  None puts ``tests/`` there instead, so the vendored
+    packages import as ``upstream.<folder>`` (``upstream.pointcept_serialization``)
+    -- not ``tests/upstream`` itself, whose ``torch_cluster`` / ``torch_scatter``
+    folders would shadow the real packages.  ``standins=True`` also appends
+    ``tests/upstream/_standins`` (minimal timm / torchvision / pytorch_lightning
+    modules the vendored models import), last, so installed copies win.  The
+    vendored code lives in a checkout only: FileNotFoundError elsewhere.
     """
-    path = UPSTREAM if folder is None else os.path.join(UPSTREAM, folder)
+    path = os.path.dirname(UPSTREAM) if folder is None else os.path.join(UPSTREAM, folder)
     if not os.path.isdir(path):
         raise FileNotFoundError(f"{path} not found: the vendored upstream code is in a pcgeom checkout only")
     if path not in sys.path:

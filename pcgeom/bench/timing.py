@@ -5,7 +5,7 @@ best and median, slow methods given fewer rounds); ``memory_child`` /
 ``measure_memory`` and ``scaling_child`` are its fresh-process probes.  The
 general helpers below them serve the scripts in ``benchmarks/`` as well:
 ``interleaved`` (raw per-method times of interleaved rounds), ``time_pair``
-(two callables within a time budget), ``first_call``, ``median_ms`` (CUDA
+(two callables within a time budget), ``timed_call``, ``median_ms`` (CUDA
 events on a GPU), ``CallTimer`` (time accumulated inside wrapped calls),
 ``clock`` / ``sync`` and ``PeakMemory`` / ``status_kib`` / ``reset_peak_rss``.
 
@@ -245,8 +245,9 @@ def time_pair(fn_a, fn_b, budget_s: float = 1.5, min_rounds: int = 3, max_rounds
     return best_a, best_b, rounds
 
 
-def first_call(fn, device=None):
-    """(result, seconds) of one call of `fn` -- a cold call when nothing ran before it."""
+def timed_call(fn, device=None):
+    """(result, seconds) of one call of `fn`, device-synchronised: the first (cold) call
+    when nothing ran before it, or one call inside a measurement of its own."""
     t = clock(device)
     out = fn()
     return out, clock(device) - t
