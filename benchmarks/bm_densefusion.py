@@ -37,21 +37,9 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 CONFIGS = {"linemod": (500, 500), "ycb": (1000, 2600)}
 MiB = 2**20
-
-
-def _status_kib(field: str):
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
 
 
 def _mem_available_bytes() -> int | None:
@@ -107,6 +95,7 @@ def _child(method: str, config: str, device_name: str, repeats: int, warmup_limi
 
     if threads:
         torch.set_num_threads(threads)
+    from pcgeom.bench.timing import PeakMemory, interleaved, timed_call
     from pcgeom.losses.densefusion import Loss
 
     P, Nm = CONFIGS[config]
@@ -124,33 +113,14 @@ def _child(method: str, config: str, device_name: str, repeats: int, warmup_limi
             torch.cuda.synchronize(device)
         return float(loss)
 
-    # peak memory of the first (cold) run, in a clean process
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
-    else:
-        try:
-            with open("/proc/self/clear_refs", "w") as fh:
-                fh.write("5")
-        except OSError:
-            pass
-        base = (_status_kib("VmRSS") or 0) * 1024
-    t0 = time.perf_counter()
-    loss = run()
-    first = time.perf_counter() - t0
-    if device.type == "cuda":
-        peak = torch.cuda.max_memory_allocated(device) - base
-    else:
-        peak = (_status_kib("VmHWM") or 0) * 1024 - base
+    # peak memory and time of the first (cold) run, in a clean process
+    with PeakMemory(device) as pm:
+        loss, first = timed_call(run)
+    peak = pm.extra_bytes
 
     times = [first]
     if repeats > 1 or first < warmup_limit:
-        times = []
-        for _ in range(max(1, repeats)):
-            t0 = time.perf_counter()
-            run()
-            times.append(time.perf_counter() - t0)
+        times = interleaved({"run": run}, max(1, repeats), warmup=False)["run"]
     return {"method": method, "config": config, "P": P, "Nm": Nm, "device": device_name,
             "time_s": statistics.median(times), "runs": len(times), "peak_bytes": peak, "loss": loss,
             "threads": torch.get_num_threads()}

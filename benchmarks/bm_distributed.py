@@ -35,24 +35,10 @@ from pathlib import Path
 
 import torch
 
+from pcgeom.bench.timing import PeakMemory, status_kib, timed_call
+
 MiB = 2**20
 BLOCK = 65_536
-
-
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return -1
-
-
-def _reset_peak() -> None:
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-    except OSError:
-        pass
 
 
 def _rows(start: int, stop: int, dim: int, seed: int) -> torch.Tensor:
@@ -87,25 +73,20 @@ def _rank(rank: int, world: int, port: int, a: dict, outdir: str) -> None:
         return PD._local_topk(query, shard, k, "l2", PD.SEARCH_CHUNK_BYTES)
 
     def exchange(d_loc, i_loc):
-        t0 = time.perf_counter()
-        PD._all_gather_columns(g, [d_loc, i_loc.to(torch.int32)])
-        return time.perf_counter() - t0
+        return timed_call(lambda: PD._all_gather_columns(g, [d_loc, i_loc.to(torch.int32)]))[1]
 
     res = PD.knn(query, shard, k)  # warm-up (and the answer)
-    rss_before = _status_kib("VmRSS")
+    rss_before = status_kib("VmRSS")
     totals, locals_, exchanges, extra = [], [], [], []
     for _ in range(a["repeats"]):
         dist.barrier()
-        _reset_peak()
-        base = _status_kib("VmRSS")
-        t0 = time.perf_counter()
-        res = PD.knn(query, shard, k)
-        totals.append(time.perf_counter() - t0)
-        extra.append((_status_kib("VmHWM") - base) / 1024)
+        with PeakMemory("cpu") as pm:
+            res, t = timed_call(lambda: PD.knn(query, shard, k))
+        totals.append(t)
+        extra.append(pm.extra_bytes / MiB)
         dist.barrier()
-        t0 = time.perf_counter()
-        d_loc, i_loc = local()
-        locals_.append(time.perf_counter() - t0)
+        (d_loc, i_loc), t = timed_call(local)
+        locals_.append(t)
         dist.barrier()
         exchanges.append(exchange(d_loc, i_loc))
     word = 4  # float32 distance bits + int32 local index per candidate

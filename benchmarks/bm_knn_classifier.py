@@ -22,7 +22,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 
@@ -30,53 +29,10 @@ import numpy as np
 import torch
 
 import pcgeom
+from pcgeom.bench.timing import PeakMemory, interleaved
 from pcgeom.nn import KNNClassifier
 
 MiB = 2**20
-
-
-# ------------------------------------------------------------ memory probes
-def _proc_status_kib(field: str) -> int | None:
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-class PeakMemory:
-    """Peak extra memory of a block: CPU resident set or CUDA allocations."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.extra_bytes: float = float("nan")
-
-    def __enter__(self):
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            self.base = torch.cuda.memory_allocated(self.device)
-        else:
-            try:
-                with open("/proc/self/clear_refs", "w") as fh:
-                    fh.write("5")  # reset VmHWM to the current RSS
-                self.base = _proc_status_kib("VmRSS")
-            except OSError:
-                self.base = None
-        return self
-
-    def __exit__(self, *exc):
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            self.extra_bytes = torch.cuda.max_memory_allocated(self.device) - self.base
-        elif self.base is not None:
-            hwm = _proc_status_kib("VmHWM")
-            if hwm is not None:
-                self.extra_bytes = max(0, hwm - self.base) * 1024
-        return False
 
 
 # ---------------------------------------------------------------- methods
@@ -195,7 +151,6 @@ def main(argv=None) -> int:
     gt_d, gt_i = ground_truth(query_cpu, gallery, args.k)
     print(f"float64 ground truth in {time.perf_counter() - t0:.1f} s")
 
-    times = {n: [] for n in methods}
     peaks, checks = {}, {}
     for name, (fn, _) in methods.items():  # warm-up + memory + correctness
         with PeakMemory(device) as pm:
@@ -203,11 +158,8 @@ def main(argv=None) -> int:
         peaks[name] = pm.extra_bytes
         checks[name] = "" if "forward" in name else check(out, gt_d, gt_i, query_cpu, gallery)
         del out
-    for _ in range(args.repeats):
-        for name, (fn, _) in methods.items():
-            t = time.perf_counter()
-            fn(query)
-            times[name].append(time.perf_counter() - t)
+    times = interleaved({name: (lambda fn=fn: fn(query)) for name, (fn, _) in methods.items()}, args.repeats,
+                        warmup=False)  # warmed up above
 
     med = {n: statistics.median(v) for n, v in times.items()}
     base = med.get("faiss IndexFlatL2.search")

@@ -36,15 +36,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import sys
-import time
 
 import torch
 
 import pcgeom
+from pcgeom.bench.peers import use_vendored
+from pcgeom.bench.timing import interleaved
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 
 def room_scene(n=1_000_000, seed=0):
@@ -90,6 +89,7 @@ def pure_torch_grid_mean(x, size):
 
 
 def ptv3_serialize(coord, grid_size, order):
+    use_vendored()  # tests/ on the path: the vendored packages as upstream.<folder>
     from upstream.pointcept_serialization import encode
 
     grid = torch.div(coord - coord.min(0)[0], grid_size, rounding_mode="trunc").int()
@@ -176,15 +176,8 @@ def rows():
 
 
 def time_row(methods, repeats):
-    best = {name: float("inf") for name, _ in methods}
-    for name, f in methods:  # warm-up
-        f()
-    for _ in range(repeats):
-        for name, f in methods:
-            t = time.perf_counter()
-            f()
-            best[name] = min(best[name], time.perf_counter() - t)
-    return best
+    """Best time (s) of each method over interleaved rounds after a warm-up."""
+    return {name: min(ts, default=float("inf")) for name, ts in interleaved(methods, repeats).items()}
 
 
 def main(argv=None):

@@ -35,7 +35,6 @@ Times: best and median of ``--repeats`` runs after a warm-up.  Usage::
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -44,8 +43,8 @@ import types
 import numpy as np
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-UP = os.path.join(ROOT, "tests", "upstream")
+from pcgeom.bench.peers import use_vendored
+from pcgeom.bench.timing import CallTimer, clock, interleaved
 
 
 # --------------------------------------------------------------------------- pure-torch ops
@@ -110,31 +109,8 @@ def stats(ts):
     return min(ts), statistics.median(ts)
 
 
-def now(device):
-    """perf_counter after the device's queued work is done (CUDA runs asynchronously)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
-
-
-class Timed:
-    """Wraps callables and accumulates their wall time (forward calls)."""
-
-    def __init__(self, device):
-        self.t, self.device = 0.0, device
-
-    def wrap(self, fn):
-        def call(*a, **kw):
-            t0 = now(self.device)
-            out = fn(*a, **kw)
-            self.t += now(self.device) - t0
-            return out
-        return call
-
-
 def bench_step(points, repeats, device):
-    sys.path.insert(0, os.path.join(UP, "pointcept"))
-    sys.path.append(os.path.join(UP, "_standins"))
+    use_vendored("pointcept", standins=True)
     import pcgeom.compat
 
     pcgeom.compat.enable_shims()
@@ -156,7 +132,7 @@ def bench_step(points, repeats, device):
     torch_ops = types.SimpleNamespace(knn_query=knn_query_torch, grouping=grouping_torch)
 
     def run(variant):
-        timer = Timed(device)
+        timer = CallTimer(device)  # the replaced ops' forward calls
         if variant == "shims":
             po = types.SimpleNamespace(knn_query=timer.wrap(originals["pointops"].knn_query),
                                        grouping=timer.wrap(originals["pointops"].grouping))
@@ -165,10 +141,10 @@ def bench_step(points, repeats, device):
             po = types.SimpleNamespace(knn_query=timer.wrap(torch_ops.knn_query), grouping=timer.wrap(torch_ops.grouping))
             m.pointops, m.segment_csr, m.voxel_grid = po, timer.wrap(segment_csr_torch), timer.wrap(voxel_grid_torch)
         model.zero_grad()
-        t0 = now(device)
+        t0 = clock(device)
         out = model({"coord": coord, "feat": feat, "offset": offset})
         out.square().mean().backward()
-        total = now(device) - t0
+        total = clock(device) - t0
         for k, v in originals.items():
             setattr(m, k, v)
         return total, timer.t, out.detach()
@@ -192,7 +168,6 @@ def bench_knn(repeats, torch_fraction, device):
     sizes = [50_000, 150_000, 80_000, 120_000, 60_000, 140_000, 100_000, 90_000]
     xyz = (torch.rand(sum(sizes), 3, generator=g) * torch.tensor([6.0, 6.0, 3.0])).contiguous().to(device)
     offset = torch.tensor(np.cumsum(sizes), dtype=torch.int32, device=device)
-    out = {"pcgeom": [], "pure-torch": [], "cKDTree": []}
     idx, _ = pointops.knn_query(16, xyz, offset)  # warm-up
     # the pure-torch baseline on every 1/fraction-th query of each cloud, scaled to all queries
     step = max(1, int(round(1 / torch_fraction)))
@@ -208,17 +183,16 @@ def bench_knn(repeats, torch_fraction, device):
     from scipy.spatial import cKDTree
 
     xn = xyz.cpu().numpy()
-    for _ in range(repeats):
-        t0 = now(device)
-        pointops.knn_query(16, xyz, offset)
-        out["pcgeom"].append(now(device) - t0)
-        t0 = now(device)
-        knn_query_torch(16, xyz, offset, xyz[sub], sub_off, exact=False)
-        out["pure-torch"].append((now(device) - t0) * xyz.shape[0] / sub.shape[0])
-        t0 = time.perf_counter()
+
+    def ckdtree():
         for s, e in zip(starts, offset.tolist()):
             cKDTree(xn[s:e]).query(xn[s:e], k=16, workers=-1)
-        out["cKDTree"].append(time.perf_counter() - t0)
+
+    # pcgeom and pure torch were warmed up above (the latter by the check); cKDTree needs none
+    out = interleaved({"pcgeom": lambda: pointops.knn_query(16, xyz, offset),
+                       "pure-torch": lambda: knn_query_torch(16, xyz, offset, xyz[sub], sub_off, exact=False),
+                       "cKDTree": ckdtree}, repeats, warmup=False, device=device)
+    out["pure-torch"] = [t * xyz.shape[0] / sub.shape[0] for t in out["pure-torch"]]  # to all queries
     return out, sizes, sub.shape[0] / xyz.shape[0]
 
 

@@ -27,15 +27,12 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-import time
 import types
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-UP = os.path.join(ROOT, "tests", "upstream")
+from pcgeom.bench.peers import use_vendored
+from pcgeom.bench.timing import interleaved
 
 
 # ---------------------------------------------------------------------------
@@ -104,8 +101,7 @@ def _baseline_ops():
 
 
 def _load_model():
-    sys.path.insert(0, os.path.join(UP, "pointnet2_pytorch"))
-    sys.path.append(os.path.join(UP, "_standins"))
+    use_vendored("pointnet2_pytorch", standins=True)
     import pcgeom.compat
 
     pcgeom.compat.enable_shims()
@@ -192,11 +188,8 @@ def main(argv=None):
     print(f"| row | shims (s) | pure-torch (s) | speed-up |")
     print(f"|---|---|---|---|")
     for name, (fa, fb) in rows.items():
-        fa(), fb()  # warm-up
-        ta, tb = [], []
-        for _ in range(args.repeats):  # interleaved
-            t = time.perf_counter(); fa(); ta.append(time.perf_counter() - t)
-            t = time.perf_counter(); fb(); tb.append(time.perf_counter() - t)
+        times = interleaved([("shims", fa), ("pure-torch", fb)], args.repeats)  # after a warm-up of each
+        ta, tb = times["shims"], times["pure-torch"]
         print(f"| {name} | {min(ta):.3f} | {min(tb):.3f} | {min(tb) / min(ta):.2f}x |", flush=True)
 
 

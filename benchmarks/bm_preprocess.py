@@ -1,7 +1,7 @@
 """CPU benchmark of scan preprocessing: normals, statistical outliers, mean_neighbor_dist2 (issue 20).
 
 Rows, all on one 1M-point cloud (a unit-sphere surface with 0.2 % radial
-noise, ``tests/conftest.py``'s ``surface_cloud`` plus noise; float32 for pcgeom
+noise, ``pcgeom.bench.workloads.surface_cloud`` (the tests' factory) plus noise; float32 for pcgeom
 and the torch recipe, the same values as float64 for Open3D, which works in
 float64 only):
 
@@ -33,18 +33,12 @@ import argparse
 import os
 import platform
 import statistics
-import sys
-import time
 
-import numpy as np
 import torch
 
 import pcgeom
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-
-from conftest import surface_cloud  # noqa: E402
+from pcgeom.bench.timing import interleaved
+from pcgeom.bench.workloads import surface_cloud
 
 
 def cloud(n, seed=0):
@@ -113,14 +107,7 @@ def main(argv=None):
     print("| row | method | best ms | median ms | best ratio | median ratio |")
     print("|---|---|---|---|---|---|")
     for row, ref, methods in rows(args.n):
-        times = {name: [] for name, _ in methods}
-        for _, fn in methods if not args.no_warmup else ():
-            fn()  # warm-up
-        for _ in range(args.repeats):
-            for name, fn in methods:
-                t0 = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t0)
+        times = interleaved(methods, args.repeats, warmup=not args.no_warmup)
         best_ref, med_ref = min(times[ref]), statistics.median(times[ref])
         for name, _ in methods:
             best, med = min(times[name]), statistics.median(times[name])

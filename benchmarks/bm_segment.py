@@ -33,11 +33,11 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import time
 
 import torch
 
 import pcgeom.compat.torch_scatter as ts
+from pcgeom.bench.timing import interleaved
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -95,15 +95,8 @@ def rows(n, c, g):
 
 
 def bench(methods, repeats):
-    for _, f in methods:
-        f()
-    best = {name: float("inf") for name, _ in methods}
-    for _ in range(repeats):
-        for name, f in methods:
-            t = time.perf_counter()
-            f()
-            best[name] = min(best[name], time.perf_counter() - t)
-    return best
+    """Best time (s) of each method over interleaved rounds after a warm-up."""
+    return {name: min(ts_, default=float("inf")) for name, ts_ in interleaved(methods, repeats).items()}
 
 
 def main(argv=None):

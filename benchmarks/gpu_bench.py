@@ -20,13 +20,13 @@ import argparse
 import contextlib
 import os
 import platform
-import statistics
 import sys
 import time
 
 import torch
 
 import pcgeom
+from pcgeom.bench.timing import median_ms
 from pcgeom.ops import reference
 
 # FP32 (non-tensor-core) peak, TFLOP/s, from the vendors' data sheets.
@@ -52,43 +52,13 @@ def card_fp32_peak(name: str) -> float | None:
     return None
 
 
-class Timer:
-    """Median wall time of a callable, in ms, synchronised on the device."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-
-    def __call__(self, fn, repeats: int, warmup: int = 1) -> float:
-        for _ in range(warmup):
-            fn()
-        self.sync()
-        times = []
-        for _ in range(repeats):
-            if self.device.type == "cuda":
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
-            else:
-                t = time.perf_counter()
-                fn()
-                times.append((time.perf_counter() - t) * 1e3)
-        return statistics.median(times)
-
-    def sync(self):
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
-
 def measured_bandwidth(device: torch.device) -> float | None:
     """Device-to-device copy bandwidth in bytes/s (read + write), or None on CPU."""
     if device.type != "cuda":
         return None
     x = torch.empty(256 * 2**20, dtype=torch.uint8, device=device)  # 256 MiB: far beyond L2
     y = torch.empty_like(x)
-    ms = Timer(device)(lambda: y.copy_(x), repeats=10, warmup=2)
+    ms = median_ms(lambda: y.copy_(x), repeats=10, warmup=2, device=device)
     return 2 * x.numel() / (ms * 1e-3)
 
 
@@ -245,7 +215,6 @@ def smoke(device):
 
 
 def run(device, quick, repeats, out):
-    timer = Timer(device)
     props = torch.cuda.get_device_properties(device) if device.type == "cuda" else None
     name = props.name if props else platform.processor() or "cpu"
     bw = measured_bandwidth(device)
@@ -253,8 +222,8 @@ def run(device, quick, repeats, out):
     rows = []
     for case in workloads(device, quick):
         verdict = case["check"]()
-        t_ours = timer(case["ours"], repeats)
-        t_ref = timer(case["ref"], max(1, repeats // 3)) * case["ref_scale"]
+        t_ours = median_ms(case["ours"], repeats, device=device)
+        t_ref = median_ms(case["ref"], max(1, repeats // 3), device=device) * case["ref_scale"]
         speedup = t_ref / t_ours
         extra = ""
         if "work" in case:

@@ -50,7 +50,7 @@ def cli_help_texts() -> dict[str, str]:
                 for name, sub in action.choices.items():
                     if name == "bench":
                         # `pcgeom bench` hands its arguments to the benchmark's own parser.
-                        texts["pcgeom bench"] = bench._parser().format_help()
+                        texts["pcgeom bench"] = bench.parser().format_help()
                     else:
                         texts[f"pcgeom {name}"] = sub.format_help()
     return texts

@@ -1,6 +1,6 @@
 """Shared test grid: devices (CUDA only when present), dtypes and input factories.
 
-The benchmarks reuse the factories below, so tests and benchmarks see the same inputs.
+The input factories are pcgeom.bench's (imported below), so tests and benchmarks see the same inputs.
 """
 
 from __future__ import annotations
@@ -43,32 +43,6 @@ def device(request):
     return torch.device(request.param)
 
 
-def random_cloud(B, N, D=3, *, dtype=torch.float32, device="cpu", seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.rand(B, N, D, generator=g, dtype=torch.float64).to(device=device, dtype=dtype)
-
-
-def lattice_cloud(B, n_side, D=3, *, dtype=torch.float32, device="cpu", seed=0):
-    """Points on an integer lattice, shuffled: many exact distance ties."""
-    g = torch.Generator().manual_seed(seed)
-    axes = [torch.arange(n_side, dtype=torch.float64)] * D
-    grid = torch.stack(torch.meshgrid(*axes, indexing="ij"), -1).reshape(-1, D)
-    clouds = [grid[torch.randperm(grid.shape[0], generator=g)] for _ in range(B)]
-    return torch.stack(clouds).to(device=device, dtype=dtype)
-
-
-def surface_cloud(B, N, *, dtype=torch.float32, device="cpu", seed=0):
-    """Points on a unit sphere surface: a 2-D manifold in 3-D, like real scans."""
-    g = torch.Generator().manual_seed(seed)
-    v = torch.randn(B, N, 3, generator=g, dtype=torch.float64)
-    return (v / v.norm(dim=-1, keepdim=True)).to(device=device, dtype=dtype)
-
-
-def clustered_cloud(B, N, *, dtype=torch.float32, device="cpu", seed=0):
-    """Clusters whose densities differ by ~100x."""
-    g = torch.Generator().manual_seed(seed)
-    centers = torch.rand(B, 8, 3, generator=g, dtype=torch.float64)
-    scales = torch.logspace(-3, -1, 8, dtype=torch.float64)
-    which = torch.randint(0, 8, (B, N), generator=g)
-    pts = centers.gather(1, which[..., None].expand(-1, -1, 3)) + torch.randn(B, N, 3, generator=g, dtype=torch.float64) * scales[which][..., None]
-    return pts.to(device=device, dtype=dtype)
+# The cloud factories live with the benchmark's inputs, so tests and benchmarks share one set;
+# the tests import them from here (`from conftest import random_cloud`).
+from pcgeom.bench.workloads import clustered_cloud, lattice_cloud, random_cloud, surface_cloud  # noqa: E402, F401

@@ -1,0 +1,72 @@
+"""pcgeom.bench: the shared timers and memory probe, the answer checks, the vendored-code helper, the factories."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+import conftest
+from pcgeom import bench
+from pcgeom.bench import timing, workloads
+
+
+def test_interleaved_warms_up_then_calls_every_method_once_per_round_in_order():
+    calls = []
+    times = timing.interleaved([("a", lambda: calls.append("a")), ("b", lambda: calls.append("b"))], 3)
+    assert calls == ["a", "b"] * 4  # one warm-up round, then 3 timed rounds
+    assert list(times) == ["a", "b"] and all(len(v) == 3 and min(v) >= 0 for v in times.values())
+    calls.clear()
+    timing.interleaved({"a": lambda: calls.append("a")}, 2, warmup=False)
+    assert calls == ["a", "a"]
+
+
+def test_time_pair_and_timed_call_and_call_timer_measure_the_calls():
+    ta, tb, rounds = timing.time_pair(lambda: None, lambda: sum(range(20_000)), budget_s=0.0)
+    assert rounds == 3 and 0 <= ta < tb
+    out, t = timing.timed_call(lambda: 7)
+    assert out == 7 and t >= 0
+    ct = timing.CallTimer()
+    f = ct.wrap(lambda x: x + 1)
+    assert f(1) == 2 and f(2) == 3 and ct.t > 0
+    assert timing.median_ms(lambda: None, 3) >= 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/clear_refs is Linux only")
+def test_peak_memory_sees_a_large_temporary_allocation():
+    with timing.PeakMemory("cpu") as small:
+        pass
+    with timing.PeakMemory("cpu") as big:
+        x = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
+        del x
+    assert big.extra_bytes >= 48 * 2**20 > small.extra_bytes
+    assert timing.status_kib("VmRSS") > 0 and timing.status_kib("NoSuchField") is None
+
+
+def test_fps_check_verdicts_and_the_quick_prefix():
+    inp = workloads.make_inputs("fps-mae", "cube", small=True)
+    good = bench.methods_for(inp)["pcgeom"]()
+    assert bench.check(inp, "pcgeom", good) == "exact (= reference)"
+    assert bench.check(inp, "pcgeom", good, fps_prefix=4) == "exact (first 4 = reference)"
+    bad = good.clone()
+    bad[0, 3] = bad[0, 2]
+    assert bench.check(inp, "pcgeom", bad) == "differs from step 3"
+
+
+def test_use_vendored_puts_the_folder_first_once(monkeypatch):
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    path = bench.use_vendored("pointnet2_pytorch", standins=True)
+    assert sys.path[0] == path and path.endswith("pointnet2_pytorch") and sys.path[-1].endswith("_standins")
+    bench.use_vendored("pointnet2_pytorch")
+    assert sys.path.count(path) == 1
+    with pytest.raises(FileNotFoundError, match="checkout"):
+        bench.use_vendored("no-such-folder")
+
+
+def test_tests_and_benchmarks_share_one_set_of_factories():
+    for name in ("random_cloud", "lattice_cloud", "surface_cloud", "clustered_cloud"):
+        assert getattr(conftest, name) is getattr(workloads, name) is getattr(bench, name)
+    x = workloads.random_cloud(2, 5, seed=3)
+    assert x.shape == (2, 5, 3) and x.dtype == torch.float32
+    assert torch.equal(x, workloads.random_cloud(2, 5, seed=3))
