@@ -153,6 +153,7 @@ def test_index_order_native_equals_reference():
         assert torch.equal(a.idx, b[1]) and torch.equal(a.dist2, b[0])
 
 
+@pytest.mark.slow
 def test_index_order_opcheck_and_compile(device):
     q = random_cloud(2, 5, device=device).requires_grad_()
     p = random_cloud(2, 9, device=device).requires_grad_()

@@ -418,6 +418,7 @@ def test_empty_query_batch():
 
 
 # ------------------------------------------------------------------ compile
+@pytest.mark.slow
 @pytest.mark.parametrize("weights", ["softmax"])
 def test_torch_compile_fullgraph(device, weights):
     feats, labels, query = make_data(n_gallery=200, n_query=32, dtype=torch.float32, device=device)
