@@ -3,14 +3,33 @@
 # the whole suite on the native kernels, then the op suite again on the
 # pure-torch path (PCGEOM_DISABLE_EXT=1), which must give the same answers.
 #   bash scripts/test.sh [extra pytest options]
+#   bash scripts/test.sh -m "not slow"     # the fast lane: no subprocess, build, multi-process,
+#                                          # upstream end-to-end, inductor or fuzz tests
+# A marker expression (-m EXPR, several are and-ed) applies to both runs: the second
+# run selects "ops and (EXPR)", since pytest keeps only the last -m it is given.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+args=()
+mark=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -m) [ $# -ge 2 ] || { echo "ERROR: -m needs a marker expression" >&2; exit 2; }
+        mark="${mark:+$mark and }($2)"; shift 2 ;;
+    -m?*) mark="${mark:+$mark and }(${1#-m})"; shift ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+native_sel=()
+[ -z "$mark" ] || native_sel=(-m "$mark")
+ops_sel=(-m "ops${mark:+ and $mark}")
+
 PCGEOM_EXTRAS=${PCGEOM_EXTRAS:-test,vis} source scripts/setup_env.sh
 PY="${PCGEOM_VENV:-.venv}/bin/python"
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$(mktemp -d -t pcgeom-inductor.XXXXXX)}
 export MESA_SHADER_CACHE_DIR=${MESA_SHADER_CACHE_DIR:-$TORCHINDUCTOR_CACHE_DIR/mesa}
 
 printf '\n== tests: native kernels\n'
-"$PY" -m pytest -q "$@"
+"$PY" -m pytest -q ${native_sel[@]+"${native_sel[@]}"} ${args[@]+"${args[@]}"}
 printf '\n== tests: op suite on the pure-torch path (PCGEOM_DISABLE_EXT=1)\n'
-PCGEOM_DISABLE_EXT=1 "$PY" -m pytest -q -m ops "$@"
+PCGEOM_DISABLE_EXT=1 "$PY" -m pytest -q "${ops_sel[@]}" ${args[@]+"${args[@]}"}

@@ -38,6 +38,7 @@ def _brute_knn(q, p, k):
 # ---------------------------------------------------------------- fork and threads
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pure", [False, True])
 def test_fork_started_dataloader_workers_after_the_parent_used_the_ops(tmp_path, pure):
     code = textwrap.dedent("""
@@ -185,6 +186,7 @@ def _check_complete_or_absent(out: Path):
         assert read_ply(p.with_suffix(".ply")).points.shape[0] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_group_interrupted_leaves_no_half_written_output_and_a_rerun_completes(tmp_path, sig):
     src = tmp_path / "in"
@@ -208,6 +210,7 @@ def test_group_interrupted_leaves_no_half_written_output_and_a_rerun_completes(t
     _check_complete_or_absent(out)
 
 
+@pytest.mark.slow
 def test_group_on_a_full_disk_leaves_no_half_written_output(tmp_path):
     # RLIMIT_FSIZE stands in for a full disk: every write past the limit fails with EFBIG.
     src = tmp_path / "in"

@@ -44,6 +44,7 @@ def _native_library():
     return spec.origin
 
 
+@pytest.mark.slow
 def test_native_library_uses_only_the_stable_abi():
     path = _native_library()
     if shutil.which("nm") is None:
@@ -59,6 +60,7 @@ def _run(code, **env):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=120)
 
 
+@pytest.mark.slow
 def test_disable_env_forces_the_pure_torch_path():
     r = _run("import pcgeom, json; print(json.dumps(pcgeom.backend_info()['extension_loaded'])); "
              "import torch; print(pcgeom.knn(torch.rand(1, 4, 3), torch.rand(1, 6, 3), 2).idx.shape)",
@@ -67,6 +69,7 @@ def test_disable_env_forces_the_pure_torch_path():
     assert r.stdout.splitlines() == ["false", "torch.Size([1, 4, 2])"]
 
 
+@pytest.mark.slow
 def test_doctor_reports_in_plain_words():
     r = subprocess.run([sys.executable, "-m", "pcgeom", "doctor"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -79,6 +82,7 @@ def test_doctor_reports_in_plain_words():
     assert r.returncode == 1
 
 
+@pytest.mark.slow
 def test_import_never_compiles():
     # No JIT: importing must not touch torch.utils.cpp_extension at all.
     r = _run("import sys, pcgeom; print('torch.utils.cpp_extension' in sys.modules)")
@@ -93,6 +97,7 @@ def test_ops_run_on_a_device_without_native_kernels():
     assert d.shape == (2, 5, 4) and i.dtype == torch.int64
 
 
+@pytest.mark.slow
 def test_failed_inplace_build_removes_the_library_of_an_earlier_build(tmp_path):
     """An editable install loads pcgeom/_C from the source tree: after a failed
     rebuild, the library an earlier build left there must not be loaded as current."""
@@ -114,6 +119,7 @@ def test_failed_inplace_build_removes_the_library_of_an_earlier_build(tmp_path):
     assert "pcgeom._C" in info["failed"]
 
 
+@pytest.mark.slow
 def test_failed_compiler_still_installs_the_pure_torch_path(tmp_path):
     """A broken compiler must not fail `pip install`: the package installs
     without the native library, records why, and runs on the pure-torch path."""

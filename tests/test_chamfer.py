@@ -131,7 +131,23 @@ def test_chamfer_low_precision(device, dtype):
     y = random_cloud(2, 48, dtype=dtype, device=device, seed=12)
     got = pcgeom.chamfer_distance(x, y, reduction="none")
     assert got.dtype == dtype
-    np.testing.assert_allclose(_np64(got), brute_batch(x, y, "l2"), rtol=2e-2)
+    # Not one rounding of an exact value: each nearest squared distance is the float32 sum rounded to the dtype
+    # (pcgeom.knn's contract), the means are float32 sums in torch's own order, and the result is rounded to the
+    # dtype once more.  So: the float64 mean of those per-point distances to within the final rounding (half a unit
+    # in the last place, < eps/2 relative) plus the float32 sums' error (~1e-5 relative here): < eps relative.
+    def nearest(a, b):  # (N,) float32 squared distance to the nearest point of b, coordinate order
+        diff = a.astype(np.float32)[:, None, :] - b.astype(np.float32)[None, :, :]
+        d2 = np.zeros(diff.shape[:2], dtype=np.float32)
+        for c in range(diff.shape[2]):
+            d2 = d2 + diff[..., c] * diff[..., c]
+        return torch.from_numpy(d2.min(1)).to(dtype).double()
+
+    xs, ys = _np64(x), _np64(y)
+    ref = torch.stack([nearest(xs[b], ys[b]).mean() + nearest(ys[b], xs[b]).mean() for b in range(2)])
+    assert (got.cpu().double() - ref).abs().le(torch.finfo(dtype).eps * ref).all(), (got, ref)
+    # and the exact float64 answer on the same inputs: two roundings to the dtype (per point, then the result),
+    # each < eps/2 relative, plus the float32 sums' error
+    np.testing.assert_allclose(_np64(got), brute_batch(x, y, "l2"), rtol=2 * torch.finfo(dtype).eps)
 
 
 def test_chamfer_single_points_and_asymmetric_sizes(device):

@@ -143,6 +143,7 @@ def test_group_without_inputs(tmp_path, capsys):
     assert exc.value.code == 2
 
 
+@pytest.mark.slow
 def test_python_dash_m(tmp_path):
     env = {**os.environ, "MESA_SHADER_CACHE_DIR": str(tmp_path / "mesa")}
     run = subprocess.run([sys.executable, "-m", "pcgeom", "demo", "--out", str(tmp_path / "d"), *SMALL,
@@ -232,6 +233,7 @@ def test_group_rank_share_is_a_deterministic_partition():
             assert shares == [_rank_share(n, r, world) for r in range(world)]
 
 
+@pytest.mark.slow
 def test_group_reports_a_tiny_hostile_file_and_processes_the_rest(tmp_path):
     # The ~100-byte PLY of the report (an element without properties declaring 10^12 rows) sorted
     # *before* the good files: it is reported, the others are grouped, the exit status is 1.

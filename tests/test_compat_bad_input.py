@@ -19,6 +19,7 @@ import compat_bad_input_sweep as sweep_mod
 HEADROOM = 4 << 30  # address space the sweep may add to what the child has mapped after importing torch
 
 
+@pytest.mark.slow
 def test_every_argument_of_every_stand_in_mutated_on_cpu():
     # A child process with its address space capped: index.max() = 2**31 - 1 asks for a 24 GiB output, which
     # must be a named error there, not a machine that swaps.  The meta device stands in for "another device".

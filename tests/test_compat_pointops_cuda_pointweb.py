@@ -423,6 +423,7 @@ def test_shim_serves_pointweb_names():
 # --------------------------------------------------------------------------- PointWeb's model end to end
 
 
+@pytest.mark.slow
 def test_pointweb_seg_through_shims_matches_the_transcription():
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)

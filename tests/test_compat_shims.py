@@ -34,6 +34,7 @@ def test_registry_names_every_upstream_module():
         assert target.startswith("pcgeom.compat.")
 
 
+@pytest.mark.slow
 def test_torch_cluster_served_through_the_opt_in():
     # PyG / DGCNN code imports the names directly from torch_cluster.
     _run("""
@@ -60,6 +61,7 @@ def test_torch_cluster_served_through_the_opt_in():
     """)
 
 
+@pytest.mark.slow
 def test_off_by_default_then_enable_disable_in_process():
     out = _run("""
         import sys, importlib
@@ -93,6 +95,7 @@ def test_off_by_default_then_enable_disable_in_process():
     assert "disabled again" in out
 
 
+@pytest.mark.slow
 def test_a_real_extension_always_wins(tmp_path):
     # Fake "real" extensions on sys.path: they must be imported, not the shims.
     pkg = tmp_path / "pointnet2_ops"
@@ -126,6 +129,7 @@ def test_a_real_extension_always_wins(tmp_path):
     assert "real wins" in out
 
 
+@pytest.mark.slow
 def test_environment_hook_via_pth(tmp_path):
     site_dir = tmp_path / "site-packages"
     pth = shims.install_hook(site_dir)
@@ -186,6 +190,7 @@ def _startup_modules(python, env_extra=None) -> set:
     return set(out.split())
 
 
+@pytest.mark.slow
 def test_start_up_hook_imports_nothing_until_a_shimmed_name_is_looked_up(tmp_path):
     # A real environment (a venv, whose site-packages .pth files site.main runs at start-up), with
     # and without the hook: an interpreter that never imports a shimmed name loads only the hook

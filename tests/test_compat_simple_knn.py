@@ -26,6 +26,7 @@ def _brute(p):
     return d[:, :3].mean(1)
 
 
+@pytest.mark.slow
 def test_served_through_the_opt_in_and_called_like_gaussian_model(tmp_path):
     pts = pcgeom.data.load("bunny", n_points=2000, seed=0).double().numpy()
     pts[10] = pts[11]  # a duplicate pair: distance 0 counts

@@ -1,6 +1,7 @@
 """torch.compile(fullgraph=True) captures every op, forward and backward,
 on the native and on the pure-torch path (the suite runs under both)."""
 
+import pytest
 import torch
 
 import pcgeom
@@ -29,6 +30,7 @@ def test_compile_fullgraph_forward_and_backward(device):
     torch.testing.assert_close(p2.grad, p1.grad)
 
 
+@pytest.mark.slow
 def test_compile_inductor_with_lengths(device):
     torch._dynamo.reset()
 

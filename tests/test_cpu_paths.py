@@ -351,6 +351,7 @@ def test_tile_bootstrap_window(knn_path):
     assert_knn_exact(f[:, :50].contiguous(), f, 20)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(bool(os.environ.get("PCGEOM_CPU_NO_AVX2")), reason="already the baseline run")
 def test_baseline_simd_copies_are_exact_too():
     # The tile, tree and FPS kernels' hot loops exist twice, baseline SSE2 and AVX2

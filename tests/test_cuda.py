@@ -454,6 +454,7 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.pcgeom.knn_gather, (x, torch.randint(-1, 20, (2, 7, 3), device="cuda")))
 
 
+@pytest.mark.slow
 @needs_cuda
 def test_torch_compile_fullgraph():
     def group(p):

@@ -356,6 +356,7 @@ def saved_on_three_ranks(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_three_ranks_search_classifier_and_save(saved_on_three_ranks):
     manifest = json.loads((saved_on_three_ranks / "manifest.json").read_text())
     assert [s["file"] for s in manifest["shards"]] == [f"shard-{r:05d}-of-00003.pt" for r in range(3)]
@@ -363,10 +364,12 @@ def test_three_ranks_search_classifier_and_save(saved_on_three_ranks):
     assert not [p for p in saved_on_three_ranks.iterdir() if p.name.startswith(".")]  # no temp file left
 
 
+@pytest.mark.slow
 def test_two_ranks_search_classifier_and_load_a_three_rank_save(saved_on_three_ranks):
     _run_group(2, "_world_checks", None, str(saved_on_three_ranks))
 
 
+@pytest.mark.slow
 def test_load_sharded_in_one_process(saved_on_three_ranks, tmp_path):
     ref = torch.load(saved_on_three_ranks.parent / "single.pt", weights_only=True)
     loaded = KNNClassifier.load_sharded(saved_on_three_ranks)
@@ -457,6 +460,7 @@ def _outputs(out: Path, *, finished_only: bool = False) -> dict[str, object]:
     return res
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the rank's process through /proc")
 def test_group_under_torchrun_killed_rank_then_rerun(tmp_path):
     from pcgeom.cli import main

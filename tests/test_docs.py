@@ -123,6 +123,7 @@ def block_results(tmp_path_factory):
     return json.loads((tmp / "out.json").read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", DOC_FILES, ids=_rel)
 def test_every_python_block_runs(path, block_results):
     error = block_results[_rel(path)]
@@ -176,6 +177,7 @@ DOCUMENTED_MODULES = ["pcgeom", "pcgeom.nn", "pcgeom.distributed", "pcgeom.compa
                       "pcgeom.data", "pcgeom.metrics", "pcgeom.losses"]
 
 
+@pytest.mark.slow
 def test_every_public_name_has_an_api_entry(site):
     ids = set()  # the ids of headings: mkdocstrings gives each documented object one, named by its path
     for page in (site / "api").glob("**/*.html"):
@@ -215,6 +217,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_cli_reference_is_the_help_of_every_command(site):
     proc = subprocess.run([sys.executable, "-c", _HELP_RUNNER, str(ROOT)], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
@@ -227,6 +230,7 @@ def test_cli_reference_is_the_help_of_every_command(site):
         assert f"$ {command} --help\n{text.rstrip()}" in page, f"the CLI reference differs from `{command} --help`"
 
 
+@pytest.mark.slow
 def test_benchmark_page_shows_the_results_and_the_plots(site):
     page = (site / "benchmarks" / "index.html").read_text(encoding="utf-8")
     for png in ("workloads", "ratios", "scaling", "distributed", "grid"):
@@ -308,6 +312,7 @@ def test_docstrings_hold_examples():
     assert len(DOCTEST_MODULES) >= 20, DOCTEST_MODULES
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", DOCTEST_MODULES)
 def test_docstring_examples_run(module, doctest_results):
     attempted, failed, report = doctest_results[module]

@@ -101,6 +101,7 @@ def test_interpolate_gradients():
     assert torch.isfinite(q2.grad).all() and torch.isfinite(p.grad).all()
 
 
+@pytest.mark.slow
 def test_compile_fullgraph():
     q, p = random_cloud(2, 16, seed=15), random_cloud(2, 20, seed=16)
     f = random_cloud(2, 20, 3, seed=17)

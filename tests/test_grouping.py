@@ -441,11 +441,9 @@ def test_loop_ops_opcheck(device):
 
 @pytest.mark.parametrize("name", ["bunny", "kitten"])
 def test_group_patches_on_scans(name):
-    data = pytest.importorskip("pcgeom.data")
-    try:
-        pts = data.load(name, n_points=1024, seed=1)
-    except (FileNotFoundError, ValueError) as exc:  # scans not bundled in this checkout
-        pytest.skip(str(exc))
+    # The scans are tracked in git and shipped in the package: any error loading them (a PLY-reader regression,
+    # a missing file) is a failure, never a skip.
+    pts = pcgeom.data.load(name, n_points=1024, seed=1)
     pts = pts - pts.mean(0)
     pts = (pts / pts.norm(dim=1).max())[None]
     nb, ctr, cidx, idx = pcgeom.group_patches(pts, 64, 32, return_index=True, fps="pointnet2")

@@ -86,6 +86,7 @@ def test_huge_n_in_gather_backward_names_n():
         torch.ops.pcgeom.knn_gather_backward(g, idx, HUGE)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is Linux-specific here")
 def test_out_of_memory_inside_a_parallel_kernel_names_the_op():
     """The cause of issue 22's ``torch_parallel_for(...) API call failed`` on a

@@ -21,6 +21,8 @@ import numpy as np
 import plyfile
 import pytest
 
+pytestmark = pytest.mark.slow  # fuzz runs, in a subprocess with a time limit
+
 from pcgeom.io import PlyFormatError, read_ply
 
 SCANS = sorted((Path(__file__).resolve().parents[1] / "pcgeom" / "data" / "scans").glob("*.ply"))

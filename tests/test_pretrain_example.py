@@ -75,6 +75,7 @@ def test_pretrain_single_process(tmp_path, monkeypatch, one_thread):
     assert torch.load(ckpt, weights_only=False)["step"] == 1
 
 
+@pytest.mark.slow
 def test_pretrain_ddp_two_processes(tmp_path):
     ckpt = tmp_path / "ddp.pt"
     env = dict(os.environ, OMP_NUM_THREADS="1")

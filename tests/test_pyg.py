@@ -34,6 +34,8 @@ import tempfile
 
 import pytest
 
+pytestmark = pytest.mark.slow  # one fresh interpreter per PyG version, each running PyG's own tests
+
 PYG_VERSIONS = ("2.5.3", "2.6.1", "2.7.0")
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYG_TESTS = os.path.join(HERE, "upstream", "pyg")

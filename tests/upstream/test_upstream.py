@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # vendored upstream models end to end, each in its own interpreter
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 CASES = {

@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # an upstream model end to end, in a subprocess
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ENV = "PCGEOM_POSTECH_POINT_TRANSFORMER"
 
