@@ -103,6 +103,7 @@ def estimate_normals(points, k=30, *, lengths=None, offsets=None, viewpoint=None
     if viewpoint is not None and direction is not None:
         raise ValueError(f"{fn}: give viewpoint= or direction=, not both")
     rows = self_knn(fn, points.detach(), k, lengths, offsets)
+    k = rows.idx.shape[1]  # capped at the cloud's slots (beyond them every neighbour is padding)
     if points.dim() == 3:
         B, N, _ = points.shape
         normals, curvature = pca_normals(points, rows.idx.reshape(B, N, k))
