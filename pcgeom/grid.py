@@ -96,26 +96,48 @@ def voxel_coords(fn, points, voxel_size, offsets, start):
     return bid, t.div_(size).floor_(), st, size
 
 
-def _linear_key(fn, bid, t, B):
+def _non_finite_voxels(fn, points, bid, t, st, size):
+    """The error for non-finite voxel coordinates: non-finite points, or finite
+    points whose ``(p - start) / voxel_size`` is past float64's range."""
+    if not bool(torch.isfinite(points.detach()).all()):
+        return ValueError(f"{fn}: points must be finite (NaN or inf coordinates cannot be put in a voxel)")
+    row, axis = (int(i) for i in (~torch.isfinite(t)).nonzero()[0])
+    cloud = 0 if bid is None else int(bid[row])
+    p = float(points[row, axis])
+    return ValueError(
+        f"{fn}: the voxel coordinates (points - start) / voxel_size of finite points overflow float64 "
+        f"(cloud {cloud}, axis {axis}: point {row} at {p!r}, start {float(st[cloud, axis])!r}, "
+        f"voxel_size {float(size[axis])!r}); no voxel index can hold them: use a larger voxel_size "
+        f"(or a start nearer the points)"
+    )
+
+
+def _linear_key(fn, bid, t, B, explain=None):
     """A unique key per (cloud, voxel) whose order is (cloud, v_0, v_1, ...), and the number of cells.
 
     The box of occupied cells is linearised with one float64 matrix-vector
     product (exact: every value is an integer below 2**53); the key is int32
     when the box fits (sorting int32 is about twice as fast), else int64, and
-    for boxes beyond 2**53 cells the rows are ranked instead.
+    for boxes beyond 2**53 cells the rows are ranked instead -- as the float64
+    values themselves (exact integers; voxel coordinates can lie past 2**63,
+    where an int64 cast would merge distinct voxels).  ``explain()`` builds the
+    error for non-finite coordinates.
     """
     N, D = t.shape
     lo, hi = torch.aminmax(t, dim=0)
     bounds = torch.cat([lo, hi]).tolist()
     if not all(math.isfinite(b) for b in bounds):
+        if explain is not None:
+            raise explain()
         raise ValueError(f"{fn}: points must be finite (NaN or inf coordinates cannot be put in a voxel)")
     lo_l, hi_l = bounds[:D], bounds[D:]
-    ext = [int(h - l) + 1 for l, h in zip(lo_l, hi_l)]
+    # Python ints: h - l in float64 could round or overflow past 2**53.
+    ext = [int(h) - int(l) + 1 for l, h in zip(lo_l, hi_l)]
     cells = math.prod(ext)
     total = cells * (1 if bid is None else B)
     if total >= 2**53:
-        v = t.to(torch.int64)
-        rows = v if bid is None else torch.cat([bid[:, None], v], 1)
+        v = t + 0.0  # -0.0 -> +0.0: one voxel, one key
+        rows = v if bid is None else torch.cat([bid[:, None].to(torch.float64), v], 1)
         _, key = torch.unique(rows, dim=0, return_inverse=True)
         return key, total
     w = [math.prod(ext[d + 1:]) for d in range(D)]
@@ -130,7 +152,10 @@ def grid_subsample(points, voxel_size, *, offsets=None, reduce="first", start=No
     """Keep one point (or the mean) per occupied voxel of a regular grid.
 
     Point ``p`` of cloud ``b`` falls in voxel ``floor((p - start[b]) / voxel_size)``
-    (per coordinate, computed in float64).  Clouds never share a voxel.
+    (per coordinate, computed in float64; any finite value is a voxel, also
+    past 2**63).  Clouds never share a voxel.  Finite points whose voxel
+    coordinate overflows float64 (``voxel_size`` tiny next to the cloud) are
+    a ``ValueError`` naming the cloud, axis, point, start and voxel size.
 
     Args:
         points: ``(N_total, D)`` float16/bfloat16/float32/float64 packed points,
@@ -200,7 +225,7 @@ def grid_subsample(points, voxel_size, *, offsets=None, reduce="first", start=No
         e = torch.zeros(0, dtype=torch.int64, device=dev)
         return GridSubsampleResult(points[:0], e, torch.zeros(B, dtype=torch.int64, device=dev), e,
                                    None if features is None else features[:0])
-    key, total = _linear_key(fn, bid, t, B)
+    key, total = _linear_key(fn, bid, t, B, lambda: _non_finite_voxels(fn, points, bid, t, st, size))
     if total <= max(_DENSE_MIN, _DENSE_PER_POINT * N) and total <= _DENSE_MAX:
         # Few enough cells for a table: the lowest index per voxel by a
         # scatter-min, no sort at all.

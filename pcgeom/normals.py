@@ -54,7 +54,8 @@ def estimate_normals(points, k=30, *, lengths=None, offsets=None, viewpoint=None
 
     **Sign.**  Without ``viewpoint``/``direction`` the sign is deterministic:
     each normal's component of largest magnitude is positive (the lowest axis
-    wins on equal magnitudes).  ``viewpoint=`` flips normals with
+    wins on equal magnitudes, judged on the returned float16/bfloat16/...
+    values, after rounding).  ``viewpoint=`` flips normals with
     ``dot(n, viewpoint - p) < 0`` (Open3D's
     ``orient_normals_towards_camera_location``); ``direction=`` flips normals
     with ``dot(n, direction) < 0`` (``orient_normals_to_align_with_direction``);
@@ -62,7 +63,8 @@ def estimate_normals(points, k=30, *, lengths=None, offsets=None, viewpoint=None
 
     **Degenerate neighbourhoods** have finite answers, never NaN: fewer than
     ``k`` points in the cloud uses them all; all neighbours at one position
-    (a lone point, duplicates only) gives ``(0, 0, 1)`` and curvature 0;
+    (a lone point, duplicates only: exactly equal coordinates) gives
+    ``(0, 0, 1)`` and curvature 0;
     collinear neighbours give a unit vector perpendicular to the line (see
     :func:`pcgeom.ops.pca_normals` for which).  Neighbours with NaN/inf
     coordinates are left out of a finite point's neighbourhood; a point whose
@@ -101,6 +103,7 @@ def estimate_normals(points, k=30, *, lengths=None, offsets=None, viewpoint=None
     if viewpoint is not None and direction is not None:
         raise ValueError(f"{fn}: give viewpoint= or direction=, not both")
     rows = self_knn(fn, points.detach(), k, lengths, offsets)
+    k = rows.idx.shape[1]  # capped at the cloud's slots (beyond them every neighbour is padding)
     if points.dim() == 3:
         B, N, _ = points.shape
         normals, curvature = pca_normals(points, rows.idx.reshape(B, N, k))

@@ -56,23 +56,83 @@ def check_cloud(fn: str, points, lengths, offsets, dims: int | None = None) -> N
         raise ValueError(f"{fn}: offsets= is for packed (N_total, D) points; padded (B, N, D) points take lengths=")
 
 
-def self_knn(fn: str, points, k: int, lengths, offsets) -> _Rows:
-    """Every point's k nearest points of its own cloud (itself included), as rows."""
+def self_knn(fn: str, points, k: int, lengths, offsets, *, arg: str = "k", value=None,
+             exact_dist2: bool = False) -> _Rows:
+    """Every point's k nearest points of its own cloud (itself included), as rows.
+
+    ``k`` is capped at the number of point slots (at least 2, so a caller that
+    drops the self slot keeps one): beyond it every row is padding, so the
+    rows are the same and no (N, k) table of padding is allocated.  A table
+    that still does not fit is an error naming ``fn``, its argument ``arg``
+    and ``value`` (the caller's number, default ``k``), not knn's own ``k``.
+
+    ``exact_dist2``: ``dist2`` comes back as float64 holding the exact
+    squared distances of float32 arithmetic on the cloud rescaled by a power
+    of two (one per cloud: its largest finite coordinate magnitude to
+    ``[0.5, 1)``), so that coordinates near 1e+-20 and beyond, finite in
+    float32, do not overflow or underflow float32 squares.  A power-of-two
+    scale is exact and commutes with float32 rounding, so at ordinary scales
+    the distances are bit for bit the unscaled float32 ones.  float16/bfloat16
+    are widened to float32 for the search (exact).  float64 is searched as is.
+    """
     dev = points.device
+    value = k if value is None else value
     if points.dim() == 3:
         B, N, _ = points.shape
         L = V.lengths_arg(fn, "lengths", lengths, B, N, dev)
-        dist2, idx = knn(points, points, k, query_lengths=L, points_lengths=L)
         ar = torch.arange(N, device=dev)
-        return _Rows(dist2.reshape(B * N, k), idx.reshape(B * N, k), ar.repeat(B),
-                     torch.arange(B, device=dev).repeat_interleave(N), (ar[None, :] < L[:, None]).reshape(-1),
-                     B, (B, N))
-    n = points.shape[0]
-    off = offsets_arg(fn, "offsets", offsets, n, dev)
-    dist2, idx = knn(points, points, k, query_offsets=off, points_offsets=off)
-    ar = torch.arange(n, device=dev)
-    cloud = torch.searchsorted(off, ar, right=True)
-    return _Rows(dist2, idx, ar, cloud, torch.ones(n, dtype=torch.bool, device=dev), off.shape[0], (n,))
+        slots, n_clouds, shape = N, B, (B, N)
+        self_index, cloud = ar.repeat(B), torch.arange(B, device=dev).repeat_interleave(N)
+        real = (ar[None, :] < L[:, None]).reshape(-1)
+        knn_args = dict(query_lengths=L, points_lengths=L)
+    else:
+        n = points.shape[0]
+        off = offsets_arg(fn, "offsets", offsets, n, dev)
+        ar = torch.arange(n, device=dev)
+        slots, n_clouds, shape = n, off.shape[0], (n,)
+        self_index, cloud = ar, torch.searchsorted(off, ar, right=True)
+        real = torch.ones(n, dtype=torch.bool, device=dev)
+        knn_args = dict(query_offsets=off, points_offsets=off)
+    k = min(k, max(slots, 2))
+    rescale = exact_dist2 and points.dtype != torch.float64
+    item = 4 if rescale else points.dtype.itemsize
+    V.check_fits(fn, arg, value, "the neighbour table", (self_index.shape[0], k), item + 8, dev)
+    if rescale:
+        points, expo = _power_of_two_rescale(points, real, cloud, n_clouds)
+    dist2, idx = knn(points, points, k, **knn_args)
+    dist2, idx = dist2.reshape(-1, k), idx.reshape(-1, k)
+    if exact_dist2:
+        dist2 = dist2.to(torch.float64)
+        if rescale:
+            # Back to the caller's units: times 2**(2e), exact in float64 for
+            # every float32 distance (|2e| <= 300 binades).
+            dist2 = dist2 * torch.pow(2.0, 2.0 * expo.to(torch.float64))[cloud][:, None]
+    return _Rows(dist2, idx, self_index, cloud, real, n_clouds, shape)
+
+
+def _power_of_two_rescale(points, real, cloud, n_clouds):
+    """float32 copy of ``points`` with each cloud times ``2**-e``, and the ``e`` per cloud (int64).
+
+    ``e`` is the binary exponent of the cloud's largest finite coordinate
+    magnitude (``frexp``; 0 for an empty or all-zero cloud), so the scaled
+    cloud lies within ``[-1, 1]`` and its squared distances are at most
+    ``4 * D``.  The factor is applied as two float32 powers of two (``2**148``
+    is not a float32); each product is exact.
+    """
+    p = points.detach().to(torch.float32)
+    D = p.shape[-1]
+    flat = p.reshape(-1, D)
+    if flat.shape[0] == 0:
+        return p, torch.zeros(n_clouds, dtype=torch.int64, device=p.device)
+    ok = torch.isfinite(flat).all(1) & real
+    row_max = torch.where(ok, flat.abs().amax(1), 0)
+    mag = torch.zeros(n_clouds, dtype=torch.float32, device=p.device).scatter_reduce(0, cloud, row_max, "amax")
+    _, expo = torch.frexp(mag)
+    expo = expo.to(torch.int64)
+    half = torch.div(-expo, 2, rounding_mode="floor")
+    f1 = torch.pow(2.0, half.to(torch.float32))[cloud][:, None]
+    f2 = torch.pow(2.0, (-expo - half).to(torch.float32))[cloud][:, None]
+    return (flat * f1 * f2).reshape(p.shape), expo
 
 
 def _positive_float(fn: str, name: str, v) -> float:
@@ -116,7 +176,10 @@ def mean_neighbor_dist2(points, k=3, *, lengths=None, offsets=None) -> torch.Ten
     fn = "mean_neighbor_dist2"
     check_cloud(fn, points, lengths, offsets)
     k = V.check_int(fn, "k", k, minimum=1)
-    rows = self_knn(fn, points, k + 1, lengths, offsets)
+    rows = self_knn(fn, points, k + 1, lengths, offsets, value=k)
+    # k beyond the cloud: self_knn's table is capped at the cloud's slots (the
+    # other slots would all be padding), so count the columns it gave.
+    k = rows.idx.shape[1] - 1
     # Drop the row's own slot; when it is not among the k + 1 (more than k
     # duplicates of lower index), drop the last slot instead.
     is_self = rows.idx == rows.self_index[:, None]
@@ -157,7 +220,12 @@ def remove_statistical_outliers(points, k, std_ratio, *, lengths=None, offsets=N
     Neighbours at non-finite distance (points with NaN/inf coordinates) do
     not count; such points are never kept.  Open3D works in float64: with
     float64 points the masks are identical; with float32 points the distances
-    are float32, so a point within rounding of the threshold may differ.
+    are float32, so a point within rounding of the threshold may differ.  The
+    float32 distances are taken on each cloud rescaled by a power of two
+    (exact), so clouds at any float32 scale (1e-30, 1e30) get the masks they
+    get at scale 1 instead of overflowing or underflowing squares;
+    float16/bfloat16 points are searched in float32 the same way.  A ``k``
+    larger than the cloud uses all its points.
 
     Args:
         points: padded ``(B, N, D)`` or packed ``(N_total, D)`` floating tensor.
@@ -183,12 +251,12 @@ def remove_statistical_outliers(points, k, std_ratio, *, lengths=None, offsets=N
     check_cloud(fn, points, lengths, offsets)
     k = V.check_int(fn, "k", k, minimum=1)
     std_ratio = _positive_float(fn, "std_ratio", std_ratio)
-    rows = self_knn(fn, points, k, lengths, offsets)
-    d2 = rows.dist2.to(torch.float64)
+    rows = self_knn(fn, points, k, lengths, offsets, exact_dist2=True)
+    d2 = rows.dist2
     ok = torch.isfinite(d2) & (rows.idx >= 0)
     d = torch.where(ok, d2, 0).sqrt()
     total = d[:, 0]
-    for j in range(1, k):
+    for j in range(1, d.shape[1]):  # k capped at the cloud's slots: the rest would be padding
         total = total + d[:, j]
     count = ok.sum(1)
     has = (count > 0) & rows.real
@@ -214,7 +282,10 @@ def remove_radius_outliers(points, radius, min_neighbors, *, lengths=None, offse
     is, at least ``min_neighbors`` other points lie strictly inside the ball.
     Points with NaN/inf coordinates are never kept and never count.  As with
     :func:`remove_statistical_outliers`, float64 points give Open3D's masks
-    exactly; float32 distances may differ within rounding at the radius.
+    exactly; float32 distances (taken on each cloud rescaled by a power of
+    two, so any float32 scale works; float16/bfloat16 searched in float32)
+    may differ within rounding at the radius.  ``min_neighbors`` at or above
+    a cloud's size keeps none of its points.
 
     Args:
         points: padded ``(B, N, D)`` or packed ``(N_total, D)`` floating tensor.
@@ -240,8 +311,16 @@ def remove_radius_outliers(points, radius, min_neighbors, *, lengths=None, offse
     if math.isinf(radius):
         raise ValueError(f"{fn}: radius must be finite, got {radius}")
     min_neighbors = V.check_int(fn, "min_neighbors", min_neighbors, minimum=1)
-    rows = self_knn(fn, points, min_neighbors + 1, lengths, offsets)
+    need = min_neighbors + 1
+    if need > points.shape[-2]:
+        # No cloud holds that many points: nothing is kept (the arguments are still checked).
+        if points.dim() == 3:
+            V.lengths_arg(fn, "lengths", lengths, points.shape[0], points.shape[1], points.device)
+        else:
+            offsets_arg(fn, "offsets", offsets, points.shape[0], points.device)
+        return torch.zeros(points.shape[:-1], dtype=torch.bool, device=points.device)
+    rows = self_knn(fn, points, need, lengths, offsets, arg="min_neighbors", value=min_neighbors, exact_dist2=True)
     # The (min_neighbors + 1)-th nearest, itself included, must be strictly inside.
-    last = rows.dist2[:, -1].to(torch.float64)
+    last = rows.dist2[:, -1]
     keep = (last < radius * radius) & rows.real & (rows.idx[:, -1] >= 0)
     return keep.reshape(rows.shape)

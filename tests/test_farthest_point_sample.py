@@ -107,3 +107,19 @@ def test_opcheck(device):
 def test_errors(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         pcgeom.farthest_point_sample(torch.rand(2, 10, 3), **kwargs)
+
+
+def test_meta_tensors_give_shapes_without_data():
+    """Like knn: meta points (no data) give a meta result of the right shape;
+    only what must be read (lengths, a start_index tensor) is refused, named."""
+    p = torch.empty(2, 100, 3, device="meta")
+    for start in (0, 7):
+        idx = pcgeom.farthest_point_sample(p, 10, start_index=start)
+        assert idx.device.type == "meta" and idx.shape == (2, 10) and idx.dtype == torch.int64
+    assert pcgeom.farthest_point_sample(p, 150).shape == (2, 150)
+    with pytest.raises(ValueError, match=r"start_index must be in \[0, 100\)"):
+        pcgeom.farthest_point_sample(p, 10, start_index=100)
+    with pytest.raises(ValueError, match="start_index must hold values on a real device"):
+        pcgeom.farthest_point_sample(p, 10, start_index=torch.zeros(2, dtype=torch.long, device="meta"))
+    with pytest.raises(ValueError, match="lengths must hold values on a real device"):
+        pcgeom.farthest_point_sample(p, 10, lengths=torch.full((2,), 100, device="meta"))

@@ -144,3 +144,45 @@ def test_non_finite_points_are_refused(bad):
         pcgeom.grid_subsample(x, 0.1)
     with pytest.raises(ValueError, match="points must be finite"):
         pcgeom.grid_subsample(x, 0.1, offsets=torch.tensor([2, 6]))
+
+
+def _voxel_oracle(points, size, start):
+    """Cluster ids by first appearance, voxels from float64 floors held as exact Python ints."""
+    ids, cluster = {}, []
+    for row in points.double().tolist():
+        v = tuple(int(np.floor((c - start) / size)) for c in row)
+        cluster.append(ids.setdefault(v, len(ids)))
+    return cluster
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_voxel_indices_beyond_int64_stay_distinct(dtype):
+    """Voxel coordinates past 2**63 (finite points, start=0) used to be cast to
+    int64 (undefined: distinct voxels merged); they are ranked as the exact
+    integral float64 values they are."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.tensor([[1e30, 0.0], [1e30, 1.0], [3e30, 0.0], [1e30, 0.5], [-2e30, 7.0], [3e30, 0.25]], dtype=dtype)
+    x = torch.cat([x, (torch.randint(-3, 4, (40, 2), generator=g) * 2.0**70).to(dtype)])
+    r = pcgeom.grid_subsample(x, 1.0, start=0.0)
+    assert r.cluster.tolist() == _voxel_oracle(x, 1.0, 0.0)
+    assert r.cluster.tolist()[:6] == [0, 1, 2, 0, 3, 2]
+    r2 = pcgeom.grid_subsample(x, 1.0, start=0.0, offsets=torch.tensor([3, 46]))
+    want = _voxel_oracle(x[:3], 1.0, 0.0) + [3 + c for c in _voxel_oracle(x[3:], 1.0, 0.0)]
+    assert r2.cluster.tolist() == want
+
+
+@pytest.mark.parametrize("case", ["difference", "tiny_voxel", "tiny_voxel_float32"])
+def test_voxel_coordinates_overflowing_float64_are_named(case):
+    """Finite points whose voxel coordinate (points - start) / voxel_size is past
+    float64's range: not 'points must be finite', but what overflowed and why."""
+    if case == "difference":
+        x, size = torch.tensor([[1.7e308, 0.0], [-1.7e308, 0.0]], dtype=torch.float64), 1.0
+    elif case == "tiny_voxel":
+        x, size = torch.tensor([[0.0, 0.0], [1e10, 0.0]], dtype=torch.float64), 1e-300
+    else:
+        x, size = torch.tensor([[0.0, 0.0], [3e38, 0.0]]), 1e-300
+    with pytest.raises(ValueError, match=r"grid_subsample: the voxel coordinates \(points - start\) / voxel_size "
+                                         r"of finite points overflow float64 \(cloud 0, axis 0: point \d at "):
+        pcgeom.grid_subsample(x, size)
+    with pytest.raises(ValueError, match=r"overflow float64 \(cloud 1, axis 0: point \d at .*use a larger voxel_size"):
+        pcgeom.grid_subsample(torch.cat([torch.zeros(3, 2, dtype=x.dtype), x]), size, offsets=torch.tensor([3, 5]))

@@ -538,7 +538,7 @@ def test_load_sharded_validates_labels_like_the_constructor(tmp_path, case):
     want = _ctor_error(feats, bad, num_classes=3)
     with pytest.raises(want[0]) as info:
         KNNClassifier.load_sharded(path)
-    assert str(info.value) == "KNNClassifier.load_sharded: " + want[1]
+    assert str(info.value) == f"KNNClassifier.load_sharded: shard {path / 'shard-00000-of-00001.pt'}: " + want[1]
 
 
 class _RunsCode:
@@ -582,3 +582,31 @@ def test_load_sharded_never_runs_pickled_code_and_reports_damage(tmp_path):
     (path / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(ValueError, match="lacks the key 'num_classes'"):
         KNNClassifier.load_sharded(path)
+
+
+@pytest.mark.parametrize("version", [99, 2, 0, "1", None])
+def test_load_state_dict_refuses_an_unknown_state_version(version):
+    """A state written by a newer (or damaged) pcgeom is refused, naming the
+    version found and the versions this one reads -- not loaded silently."""
+    import re
+
+    sd = KNNClassifier(torch.randn(4, 2), torch.tensor([0, 1, 2, 1]), 2).state_dict()
+    sd["_extra_state"]["version"] = version
+    target = KNNClassifier(torch.randn(3, 2), torch.tensor([0, 1, 0]), 2)
+    before = (target.features.clone(), target.labels.clone(), target.num_classes)
+    with pytest.raises(ValueError, match=rf"KNNClassifier.load_state_dict: the state_dict's extra state has "
+                                         rf"version {re.escape(repr(version))}; this pcgeom reads version 1"):
+        target.load_state_dict(sd)
+    assert torch.equal(target.features, before[0]) and torch.equal(target.labels, before[1])
+    assert target.num_classes == before[2]
+    with pytest.raises(ValueError, match=rf"has version {re.escape(repr(version))}; this pcgeom reads version 1"):
+        target.set_extra_state(sd["_extra_state"])
+
+
+def test_load_sharded_label_errors_name_the_shard_file(tmp_path):
+    path, feats = _saved(tmp_path)
+    shard = path / "shard-00000-of-00001.pt"
+    torch.save({"features": feats, "labels": torch.tensor([0, 1, 2, 0, 1, 2, 0, 3])}, shard)
+    with pytest.raises(ValueError) as info:
+        KNNClassifier.load_sharded(path)
+    assert str(info.value).startswith(f"KNNClassifier.load_sharded: shard {shard}: labels must be class indices")

@@ -149,3 +149,91 @@ def test_bad_inputs_are_named():
         pcgeom.remove_statistical_outliers(p, 5, 1.0, lengths=torch.tensor([50]))
     with pytest.raises(ValueError, match=r"offsets\[-1\] must equal"):
         pcgeom.remove_statistical_outliers(p, 5, 1.0, offsets=torch.tensor([10, 40]))
+
+
+# --------------------------------------------------------------------------- extreme scales, huge arguments
+
+SCALES = [1.0, 1e20, 1e-20, 1e25, 1e-25, 1e30, 1e-30]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("scale", SCALES)
+def test_masks_equal_open3d_at_extreme_scales(scale, dtype):
+    """Squared distances of float32 coordinates near 1e+-20 overflow / underflow
+    float32 (1e40 > 3.4e38, 1e-50 < 1.4e-45); the masks must not care: the
+    distances are taken after a power-of-two rescale, exact in every case."""
+    o3d = pytest.importorskip("open3d")
+    g = torch.Generator().manual_seed(5)
+    base = torch.rand(500, 3, generator=g, dtype=torch.float64)
+    p = (base * scale).to(dtype)
+    cloud = _o3d_cloud(o3d, p.double())  # Open3D: float64 on the very same coordinates
+    _, kept = cloud.remove_statistical_outlier(nb_neighbors=8, std_ratio=1.0)
+    want = _mask(500, kept)
+    assert 300 < want.sum() < 500
+    assert pcgeom.remove_statistical_outliers(p, 8, 1.0).numpy().tolist() == want.tolist()
+    radius = 0.08 * scale
+    _, kept = cloud.remove_radius_outlier(nb_points=3, radius=radius)
+    want = _mask(500, kept)
+    assert 10 < want.sum() < 490
+    assert pcgeom.remove_radius_outliers(p, radius, 3).numpy().tolist() == want.tolist()
+
+
+def test_extreme_scales_per_cloud_of_a_batch():
+    """Each cloud gets its own rescale: clouds at 1e-30 and 1e30 in one batch
+    give their single-cloud masks, padded and packed."""
+    g = torch.Generator().manual_seed(6)
+    clouds = [(torch.rand(n, 3, generator=g, dtype=torch.float64) * s).float()
+              for n, s in ((300, 1e-30), (200, 1e30), (250, 1.0))]
+    lengths = torch.tensor([len(c) for c in clouds])
+    padded = torch.zeros((3, 300, 3))
+    for b, c in enumerate(clouds):
+        padded[b, : len(c)] = c
+    packed = torch.cat(clouds)
+    for fn, args in ((pcgeom.remove_statistical_outliers, lambda s: (8, 1.0)),
+                     (pcgeom.remove_radius_outliers, lambda s: (0.1 * s, 3))):
+        for s in (1e-30, 1e30):
+            # one radius for the batch: it fits one cloud's scale, the others keep all / nothing as they should
+            single = [fn(c, *args(s)) for c in clouds]
+            pad = fn(padded, *args(s), lengths=lengths)
+            pk = fn(packed, *args(s), offsets=torch.cumsum(lengths, 0))
+            for b, one in enumerate(single):
+                assert torch.equal(pad[b, : len(one)], one) and not pad[b, len(one):].any()
+            assert torch.equal(pk, torch.cat(single))
+    assert 0 < int(pcgeom.remove_radius_outliers(clouds[0], 0.1e-30, 3).sum()) < 300
+
+
+def test_neighbour_counts_beyond_the_cloud_give_the_documented_answer():
+    """More neighbours than the cloud has: the documented answer (radius: nobody
+    has them; statistical / normals: all the cloud's points), not a knn size
+    error about a k the caller never passed."""
+    p = torch.rand(100, 3, generator=torch.Generator().manual_seed(7))
+    assert not pcgeom.remove_radius_outliers(p, 10.0, 10**15).any()
+    assert pcgeom.remove_radius_outliers(p, 10.0, 99).all()  # exactly enough: all 99 others are inside
+    assert not pcgeom.remove_radius_outliers(p, 10.0, 100).any()
+    assert torch.equal(pcgeom.remove_statistical_outliers(p, 10**15, 1.0), pcgeom.remove_statistical_outliers(p, 100, 1.0))
+    n_huge, c_huge = pcgeom.estimate_normals(p, 10**15)
+    n_all, c_all = pcgeom.estimate_normals(p, 100)
+    assert torch.equal(n_huge, n_all) and torch.equal(c_huge, c_all)
+    assert torch.equal(pcgeom.mean_neighbor_dist2(p, 10**15), pcgeom.mean_neighbor_dist2(p, 99))
+    padded = torch.stack([p, p])
+    L = torch.tensor([100, 40])
+    assert not pcgeom.remove_radius_outliers(padded, 10.0, 2**62, lengths=L).any()
+    assert torch.equal(pcgeom.remove_radius_outliers(padded, 10.0, 60, lengths=L)[1], torch.zeros(100, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("case", ["radius", "statistical", "normals", "mean_dist2"])
+def test_neighbour_counts_too_large_to_hold_name_the_argument(case):
+    """A count the cloud does hold but whose (N, k) neighbour table cannot be
+    allocated (2**22 points: 192 TiB, beyond any address space, so no
+    allocation can succeed) names the public function and argument."""
+    p = torch.zeros(1, 3).expand(2**22, 3)
+    n = 2**22 - 1
+    fn, call = {
+        "radius": ("remove_radius_outliers: min_neighbors", lambda: pcgeom.remove_radius_outliers(p, 1.0, n)),
+        "statistical": ("remove_statistical_outliers: k", lambda: pcgeom.remove_statistical_outliers(p, n, 1.0)),
+        "normals": ("estimate_normals: k", lambda: pcgeom.estimate_normals(p, n)),
+        "mean_dist2": ("mean_neighbor_dist2: k", lambda: pcgeom.mean_neighbor_dist2(p, n)),
+    }[case]
+    with pytest.raises(RuntimeError, match=rf"^{fn}={n} needs the neighbour table of shape \(4194304, \d+\), "
+                                           rf"192\.0 TiB, and allocating it failed"):
+        call()

@@ -16,13 +16,15 @@
 //   * normal = the unit eigenvector of the smallest eigenvalue, curvature =
 //     lambda_min / (lambda_0 + lambda_1 + lambda_2) (eigenvalues clamped >= 0);
 //   * degenerate neighbourhoods have fixed, finite answers:
-//       - no valid neighbour, or all valid neighbours at one position:
-//         normal (0, 0, 1), curvature 0;
+//       - no valid neighbour, or all valid neighbours at one position
+//         (exactly equal coordinates, detected as such, not from the rounded
+//         mean): normal (0, 0, 1), curvature 0;
 //       - collinear (lambda_mid <= 64 eps lambda_max): the unit vector
 //         normalise(cross(line direction, e_a)), a = the axis least aligned
 //         with the line (lowest such axis on ties), curvature as computed;
 //   * sign: the component of largest magnitude is positive (on equal
-//     magnitudes the lowest axis decides).
+//     magnitudes the lowest axis decides), judged on the normal as rounded to
+//     the output dtype (float16/bfloat16 rounding can create the tie).
 #pragma once
 
 #include <cmath>
@@ -105,6 +107,13 @@ template <typename T, typename A>
 PCGEOM_HD void pca_normal_row(const T* pb, const int64_t* idx, int64_t K, int64_t N, T* normal,
                               T* curvature) {
   A sx = A(0), sy = A(0), sz = A(0);
+  // The first valid neighbour, and whether every valid one sits exactly there:
+  // the mean of n equal copies is not always that value (it is rounded), so
+  // the centred copies can be a few ulps off zero, all equal -- a rank-one
+  // "line" along (1, 1, 1) that the collinear rule would turn into a normal.
+  // Detected exactly here instead, so one position always gives (0, 0, 1).
+  A fx = A(0), fy = A(0), fz = A(0);
+  bool one_position = true;
   int64_t count = 0;
   for (int64_t s = 0; s < K; ++s) {
     const int64_t j = idx[s];
@@ -112,6 +121,13 @@ PCGEOM_HD void pca_normal_row(const T* pb, const int64_t* idx, int64_t K, int64_
     const A x = static_cast<A>(pb[3 * j]), y = static_cast<A>(pb[3 * j + 1]),
             z = static_cast<A>(pb[3 * j + 2]);
     if (!finite3(x, y, z)) continue;
+    if (count == 0) {
+      fx = x;
+      fy = y;
+      fz = z;
+    } else if (x != fx || y != fy || z != fz) {
+      one_position = false;
+    }
     sx += x;
     sy += y;
     sz += z;
@@ -119,7 +135,7 @@ PCGEOM_HD void pca_normal_row(const T* pb, const int64_t* idx, int64_t K, int64_
   }
   A n[3] = {A(0), A(0), A(1)};
   A curv = A(0);
-  if (count > 0) {
+  if (count > 0 && !one_position) {
     const A inv = A(1) / static_cast<A>(count);
     const A mx = sx * inv, my = sy * inv, mz = sz * inv;
     A scale = A(0);
@@ -189,13 +205,19 @@ PCGEOM_HD void pca_normal_row(const T* pb, const int64_t* idx, int64_t K, int64_
       }
     }
   }
+  // The sign rule is applied to the values as stored: float16/bfloat16 rounding
+  // can make two components of different magnitude equal, and then the lowest
+  // axis must be the positive one.  (For float32/float64 T is A and the
+  // rounding is the identity; negation is exact in every type.)
+  const A r[3] = {static_cast<A>(static_cast<T>(n[0])), static_cast<A>(static_cast<T>(n[1])),
+                  static_cast<A>(static_cast<T>(n[2]))};
   int big = 0;
-  if (abs_(n[1]) > abs_(n[big])) big = 1;
-  if (abs_(n[2]) > abs_(n[big])) big = 2;
-  const A sign = n[big] < A(0) ? A(-1) : A(1);
-  normal[0] = static_cast<T>(sign * n[0]);
-  normal[1] = static_cast<T>(sign * n[1]);
-  normal[2] = static_cast<T>(sign * n[2]);
+  if (abs_(r[1]) > abs_(r[big])) big = 1;
+  if (abs_(r[2]) > abs_(r[big])) big = 2;
+  const bool flip = r[big] < A(0);
+  normal[0] = static_cast<T>(flip ? -r[0] : r[0]);
+  normal[1] = static_cast<T>(flip ? -r[1] : r[1]);
+  normal[2] = static_cast<T>(flip ? -r[2] : r[2]);
   *curvature = static_cast<T>(curv);
 }
 

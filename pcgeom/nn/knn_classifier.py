@@ -26,6 +26,7 @@ _WEIGHTS = ("uniform", "distance", "softmax")
 _METRICS = ("l2", "cosine")
 _LABEL_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 _STATE_VERSION = 1
+_STATE_VERSIONS_READ = (1,)  # extra-state versions this pcgeom can load
 _MANIFEST = "manifest.json"
 _SHARDED_FORMAT = "pcgeom.nn.KNNClassifier/sharded"
 _SHARDED_VERSION = 1
@@ -105,6 +106,21 @@ def _check_label_range(fn: str, name: str, labels: torch.Tensor, num_classes: in
         )
 
 
+def _check_state_version(fn: str, extra) -> None:
+    """A state_dict's extra state must carry a version this pcgeom reads.
+
+    A newer pcgeom may change what the state means; loading it silently would
+    give a classifier that looks right and is not.  (A state without the key
+    is left to the other checks: every version written so far has one.)
+    """
+    if isinstance(extra, dict) and "version" in extra:
+        v = extra["version"]
+        if isinstance(v, bool) or not isinstance(v, int) or v not in _STATE_VERSIONS_READ:
+            reads = " or ".join(str(r) for r in _STATE_VERSIONS_READ)
+            raise ValueError(f"{fn}: the state_dict's extra state has version {v!r}; this pcgeom reads version "
+                             f"{reads} (saved by a newer pcgeom, or damaged)")
+
+
 def _check_loaded_gallery(fn: str, features, labels, extra, num_classes: int) -> None:
     """What the constructor checks, for a gallery that is being loaded (state_dict or shards).
 
@@ -180,7 +196,9 @@ class KNNClassifier(nn.Module):
       just computed by your network): kept as given in the buffer slot, graph
       included, so gradients reach whatever produced it.  Build a fresh
       classifier for each step (construction only validates and stores; there
-      is no index to build).  ``state_dict`` stores detached values;
+      is no index to build).  ``state_dict`` stores detached values (and a
+      format version: ``load_state_dict`` refuses, by name, a version this
+      pcgeom does not read);
     * an ``nn.Parameter`` (learned prototypes): registered as a **parameter**,
       so optimisers see it.  With ``metric="cosine"`` it is normalised at every
       call instead of once.  :meth:`add` is refused (it would replace the
@@ -829,6 +847,7 @@ class KNNClassifier(nn.Module):
     def set_extra_state(self, state) -> None:
         if not isinstance(state, dict) or "num_classes" not in state or "metric" not in state:
             raise ValueError(f"KNNClassifier.load_state_dict: unrecognised extra state {state!r}")
+        _check_state_version("KNNClassifier.load_state_dict", state)
         if state["metric"] != self._metric:
             raise ValueError(
                 f"KNNClassifier.load_state_dict: the state_dict was saved with metric={state['metric']!r}, "
@@ -846,6 +865,8 @@ class KNNClassifier(nn.Module):
         # the default loader reports the mismatch.
         fkey, lkey = prefix + "features", prefix + "labels"
         f_in, l_in = state_dict.get(fkey), state_dict.get(lkey)
+        # The version first: an unknown one decides nothing else about the state, and nothing is copied.
+        _check_state_version("KNNClassifier.load_state_dict", state_dict.get(prefix + "_extra_state"))
         _check_loaded_gallery("KNNClassifier.load_state_dict", f_in, l_in,
                               state_dict.get(prefix + "_extra_state"), self._num_classes)
         if isinstance(f_in, torch.Tensor) and isinstance(l_in, torch.Tensor):
@@ -981,7 +1002,8 @@ class KNNClassifier(nn.Module):
             ValueError: a manifest that is not valid JSON or lacks a key, a shard that is truncated,
                 damaged or holds anything but tensors (shards are read with ``torch.load(weights_only=True)``:
                 a pickle that would run code is refused, never run), shard contents that disagree with the
-                manifest, or labels outside ``[0, num_classes)`` -- the constructor's checks, same messages.
+                manifest, or labels outside ``[0, num_classes)`` -- the constructor's checks, same messages,
+                after ``shard <file>:``.
             TypeError: non-integer labels or non-floating features in a shard (as the constructor).
 
         Example (every rank of a 2-rank group)::
@@ -1028,7 +1050,8 @@ class KNNClassifier(nn.Module):
                         raise ValueError(f"{fn}: {f} does not hold the {n} x {D} {m['dtype']} rows and {n} labels "
                                          f"that {mpath} lists")
                     nc = V.check_int(fn, "num_classes (manifest)", m["num_classes"], minimum=1)
-                    _check_loaded_gallery(fn, ft, lt, None, nc)
+                    # The shard's errors name its file: the constructor's messages, after it.
+                    _check_loaded_gallery(f"{fn}: shard {f}", ft, lt, None, nc)
                     feats.append(ft[a - start:b - start].to(device, copy=True))
                     labs.append(lt[a - start:b - start].to(device=device, dtype=torch.int64, copy=True))
                 start += n

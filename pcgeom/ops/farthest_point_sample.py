@@ -69,6 +69,9 @@ def farthest_point_sample(points, n_samples, *, lengths=None, start_index=0, off
             start_index = start_index.expand(B)
         if start_index.dim() != 1 or start_index.shape[0] != B:
             raise ValueError(f"{fn}: start_index must be an int or have shape ({B},), got {tuple(start_index.shape)}")
+        if B > 0:
+            # Its values are range-checked below (as lengths are): no meta tensor on either side.
+            V.check_host_readable(fn, "start_index", start_index, points.device)
         start = start_index.to(device=points.device, dtype=torch.int64)
     else:
         if isinstance(start_index, bool) or not isinstance(start_index, (numbers.Integral, torch.SymInt)):
@@ -76,7 +79,9 @@ def farthest_point_sample(points, n_samples, *, lengths=None, start_index=0, off
         if not isinstance(start_index, torch.SymInt) and not 0 <= int(start_index) < max(N, 1):
             raise ValueError(f"{fn}: start_index must be in [0, {N}) for points of shape {tuple(points.shape)}, got {start_index}")
         start = torch.full((B,), int(start_index), dtype=torch.int64, device=points.device)
-    if not V.compiling() and B > 0:
+    # Meta points (shapes only, no data): lengths are then all N (meta lengths are
+    # refused above) and an int start_index was checked against N, so nothing is left to read.
+    if not V.compiling() and B > 0 and points.device.type != "meta":
         bad = ((start < 0) | (start >= lengths)) & (lengths > 0)
         if bool(bad.any()):
             b = int(bad.nonzero()[0, 0])

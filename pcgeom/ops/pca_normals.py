@@ -29,11 +29,15 @@ def pca_normals(points, idx) -> PCANormalsResult:
 
     * ``normals[b, m]`` is the unit eigenvector of the smallest eigenvalue,
       with the **sign rule**: its component of largest magnitude is positive
-      (lowest axis on equal magnitudes).
+      (lowest axis on equal magnitudes), judged on the returned values --
+      float16/bfloat16 rounding can make two magnitudes equal, and then the
+      lower axis is the positive one.
     * ``curvature[b, m] = lambda_0 / (lambda_0 + lambda_1 + lambda_2)``
       (surface variation, in ``[0, 1/3]``), eigenvalues ascending.
     * Degenerate rows are finite, never NaN: no valid neighbour or all valid
-      neighbours at one position give normal ``(0, 0, 1)`` and curvature 0;
+      neighbours at one position (exactly equal coordinates, tested as such:
+      the rounded mean of equal copies is no guide) give normal ``(0, 0, 1)``
+      and curvature 0;
       collinear neighbours (``lambda_1 <= 64 * eps * lambda_2``) give the unit
       vector ``normalize(cross(l, e_a))``, ``l`` the line's direction and
       ``e_a`` the axis least aligned with it (lowest on ties), then the sign

@@ -417,8 +417,10 @@ def pca_normals_reference(points, idx):
     valid neighbours, covariance about their mean, the eigenvector of the
     smallest eigenvalue (here from ``torch.linalg.eigh``, so results agree
     with the kernels' Jacobi solver to rounding, not bit for bit), the fixed
-    answers for empty, single-position and collinear neighbourhoods, and the
-    sign rule (largest-magnitude component positive, lowest axis on ties).
+    answers for empty, single-position (exactly equal coordinates) and
+    collinear neighbourhoods, and the sign rule (largest-magnitude component
+    positive, lowest axis on ties) judged on the normal rounded to the
+    output dtype.
     """
     op = "pca_normals"
     _check_rank(op, "points", points, 3, "(B, N, 3)")
@@ -438,8 +440,17 @@ def pca_normals_reference(points, idx):
         up = torch.tensor([0.0, 0.0, 1.0], dtype=points.dtype, device=points.device)
         return up.expand(B, M, 3).clone(), points.new_zeros((B, M))
     centred, valid, count = _pca_neighbourhoods(points, idx, acc)
+    # All valid neighbours at one position, tested on the coordinates themselves:
+    # the rounded mean of equal copies can leave them an ulp off centre, all
+    # alike, which would read as a line along (1, 1, 1) (the kernels' test too).
+    if N > 0:
+        nb = points.gather(1, idx.clamp_min(0).reshape(B, M * K, 1).expand(-1, -1, 3)).reshape(B * M, K, 3)
+        first = nb.gather(1, valid.to(torch.int8).argmax(1)[:, None, None].expand(-1, 1, 3))
+        one_position = ((nb == first).all(-1) | ~valid).all(1)
+    else:  # no point, no valid neighbour: count == 0 decides
+        one_position = torch.zeros_like(valid[:, 0])
     scale = centred.abs().amax(dim=(1, 2))
-    ok = (count > 0) & (scale > 0) & torch.isfinite(scale)
+    ok = (count > 0) & (scale > 0) & torch.isfinite(scale) & ~one_position
     c = centred / torch.where(ok, scale, 1)[:, None, None]
     cov = torch.einsum("rki,rkj->rij", c, c) / count.clamp_min(1)[:, None, None].to(acc)
     cov = torch.where(ok[:, None, None], cov, torch.eye(3, dtype=acc, device=points.device))
@@ -459,7 +470,9 @@ def pca_normals_reference(points, idx):
     ok = ok & (lam[:, 2] > 0)
     n = torch.where(ok[:, None], n, up)
     curv = torch.where(ok, curv, 0)
+    # The sign rule on the stored values: rounding to float16/bfloat16 can make
+    # two components tie (identity for float32/float64; negation is exact).
+    n = n.to(points.dtype)
     big = n.abs().argmax(dim=1, keepdim=True)  # first maximum: the lowest axis on ties
-    sign = torch.where(n.gather(1, big) < 0, -1.0, 1.0).to(acc)
-    n = n * sign
-    return n.reshape(B, M, 3).to(points.dtype), curv.reshape(B, M).to(points.dtype)
+    n = torch.where(n.gather(1, big) < 0, -n, n)
+    return n.reshape(B, M, 3), curv.reshape(B, M).to(points.dtype)
