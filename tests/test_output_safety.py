@@ -181,3 +181,26 @@ def test_ascii_row_errors_speak_ply_not_numpy(tmp_path):
     word.write_text(head + "1 2 3\n1 2 3\n1 oops 3\n")
     with pytest.raises(ValueError, match=r"vertex row 2: y is 'oops', not a number"):
         read_ply(word)
+
+
+def test_sharded_save_over_the_gallery_it_was_loaded_from(tmp_path):
+    # load_sharded memory-maps the shards: saving back onto the same folder must replace the files
+    # atomically (new inodes), so the loaded classifier's rows stay intact and the new files are whole.
+    from pcgeom.nn import KNNClassifier
+
+    g = torch.Generator().manual_seed(0)
+    feats, labels = torch.randn(40, 5, generator=g), torch.randint(0, 3, (40,), generator=g)
+    old = os.umask(0o027)
+    try:
+        path = KNNClassifier(feats, labels, 3).save_sharded(tmp_path / "gallery")
+        back = KNNClassifier.load_sharded(path)
+        back.add(torch.ones(2, 5), torch.tensor([0, 1]))
+        back.save_sharded(path, overwrite=True)
+    finally:
+        os.umask(old)
+    again = KNNClassifier.load_sharded(path)
+    assert torch.equal(again.features[:40], feats) and len(again) == 42
+    assert torch.equal(back.features[:40], feats)
+    for f in path.iterdir():
+        assert stat.S_IMODE(f.stat().st_mode) == 0o640, f
+    assert not _leftovers(path)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import numbers
-import os
 import re
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from torch import nn
 
 from pcgeom import _validation as V
 from pcgeom import distributed as _dist
+from pcgeom.io.output import write_atomic
 from pcgeom.ops.knn import KNNResult, knn
 
 _WEIGHTS = ("uniform", "distance", "softmax")
@@ -942,12 +942,9 @@ class KNNClassifier(nn.Module):
         name = f"shard-{grp.rank:05d}-of-{grp.world:05d}.pt"
 
         def write():
-            tmp = path / f".{name}.tmp-{os.getpid()}"
-            try:
-                torch.save({"features": self.features.detach().cpu(), "labels": self.labels.cpu()}, tmp)
-                os.replace(tmp, path / name)
-            finally:
-                tmp.unlink(missing_ok=True)
+            # The folder's old shards are this gallery's own earlier outputs (overwrite=True was checked).
+            write_atomic(path / name, lambda tmp: torch.save(
+                {"features": self.features.detach().cpu(), "labels": self.labels.cpu()}, tmp), overwrite=True)
             return None, [self.features.shape[0]]
 
         _dist._agree(fn, grp, op, check)
@@ -964,9 +961,8 @@ class KNNClassifier(nn.Module):
                     "weights": self._weights, "temperature": self._temperature,
                     "shards": [{"file": f"shard-{r:05d}-of-{grp.world:05d}.pt", "rows": n} for r, n in enumerate(rows)],
                 }
-                tmp = path / f".{_MANIFEST}.tmp-{os.getpid()}"
-                tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-                os.replace(tmp, path / _MANIFEST)
+                write_atomic(path / _MANIFEST, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2) + "\n"),
+                             overwrite=True)
                 keep = {s["file"] for s in manifest["shards"]}
                 for f in path.iterdir():
                     if _SHARD_FILE.fullmatch(f.name) and f.name not in keep:
