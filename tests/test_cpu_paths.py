@@ -1,12 +1,12 @@
 """Every code path of the native CPU kernels against the pure-torch reference, exactly.
 
-The CPU kernels pick a path per call and per cloud (see csrc/knn/knn_cpu.cpp,
-csrc/knn/knn_blocked_cpu.cpp, csrc/farthest_point_sample/farthest_point_sample_cpu.cpp):
+The CPU kernels pick a path per call and per cloud (KNN: the one plan of
+csrc/knn/knn_dispatch_cpu.h; FPS: csrc/farthest_point_sample/farthest_point_sample_cpu.cpp):
 
 * KNN, D <= 8: a KD-tree when the cloud is large against k and has enough
   queries (self queries walk the leaves; other queries are grouped by the leaf a
-  descent reaches; a single large cloud builds its subtrees in parallel), else a
-  direct scan; queries or points with NaN/inf coordinates take the scan / merge;
+  descent reaches; a single large cloud builds its subtrees in parallel), else the
+  tile path; queries or points with NaN/inf coordinates take the tile path / merge;
 * KNN, D > 8: blocked GEMM candidate selection with exact re-ranking (symmetric
   tiles for self queries) for large enough clouds, else the tile path;
 * KNN, the tile path (csrc/knn/knn_tile_cpu.cpp): vectorised exact distance
@@ -14,9 +14,12 @@ csrc/knn/knn_blocked_cpu.cpp, csrc/farthest_point_sample/farthest_point_sample_c
   selection and a rank-count or radix sort of the survivors, for small clouds,
   few queries per cloud, k a large share of N, small high-D batches and
   NaN/inf queries;
-* ``PCGEOM_KNN_CPU_PATH=tree|blocked|tile|scan`` forces one KNN kernel: the
+* KNN, the brute path: the scalar scan of every point, for clouds or query
+  sets of 2^31 - 1 rows or more;
+* ``PCGEOM_CPU_KNN_PATH=tree|blocked|tile|brute`` forces one KNN kernel: the
   cases at the end run every input through every kernel, and through the
-  dispatcher at its boundaries;
+  dispatcher at its boundaries; ``torch.ops.pcgeom._knn_cpu_plan`` reports
+  which kernel the plan picks, so the plan's boundaries are asserted directly;
 * FPS: the bucket (KD-tree) variant for large finite clouds with D <= 8, the
   vectorised vanilla loop otherwise, the literal reference loop when a cloud has
   NaN/inf coordinates.
@@ -234,14 +237,17 @@ def test_blocked_ball_query():
 
 
 # ---------------------------------------------------------------------------
-# Every KNN kernel, forced (PCGEOM_KNN_CPU_PATH), and the dispatcher's boundaries
+# Every KNN kernel, forced (PCGEOM_CPU_KNN_PATH), and the dispatcher's boundaries
 
-PATHS = ["tree", "blocked", "tile", "scan"]
+PATHS = ["tree", "blocked", "tile", "brute"]
+PATH_ENV = "PCGEOM_CPU_KNN_PATH"
+OLD_PATH_ENV = "PCGEOM_KNN_CPU_PATH"  # the variable's old name, still read
 
 
 @pytest.fixture
 def knn_path(monkeypatch, request):
-    monkeypatch.setenv("PCGEOM_KNN_CPU_PATH", request.param)
+    monkeypatch.delenv(OLD_PATH_ENV, raising=False)
+    monkeypatch.setenv(PATH_ENV, request.param)
     return request.param
 
 
@@ -367,7 +373,8 @@ def test_baseline_simd_copies_are_exact_too():
 
 
 def test_tile_same_answer_for_any_thread_count(monkeypatch):
-    monkeypatch.setenv("PCGEOM_KNN_CPU_PATH", "tile")
+    monkeypatch.delenv(OLD_PATH_ENV, raising=False)
+    monkeypatch.setenv(PATH_ENV, "tile")
     p = clustered_cloud(3, 700, seed=78)
     before = torch.get_num_threads()
     try:
@@ -381,8 +388,10 @@ def test_tile_same_answer_for_any_thread_count(monkeypatch):
 
 
 def test_dispatcher_boundaries(monkeypatch):
-    # Unforced calls on either side of each rule of knn_cpu.cpp's dispatcher.
-    monkeypatch.delenv("PCGEOM_KNN_CPU_PATH", raising=False)
+    # Unforced calls on either side of each rule of the plan (knn_dispatch_cpu.h):
+    # the answers; test_plan_* below assert the kernel the plan picks.
+    monkeypatch.delenv(PATH_ENV, raising=False)
+    monkeypatch.delenv(OLD_PATH_ENV, raising=False)
     p = random_cloud(1, 256, 3, seed=80)  # tree needs >= 256 points, 8k <= n, 192 queries
     assert_knn_exact(p, p, 32)
     assert_knn_exact(p, p, 33)
@@ -405,10 +414,173 @@ def test_dispatcher_boundaries(monkeypatch):
     assert_knn_exact(g[:, :40].contiguous(), g, 256)
 
 
-def test_unknown_path_value_means_auto(monkeypatch):
-    monkeypatch.setenv("PCGEOM_KNN_CPU_PATH", "no-such-path")
+def test_the_old_names_still_force_a_path(monkeypatch):
+    # "scan" is the brute path's old name, PCGEOM_KNN_CPU_PATH the variable's.
     p = random_cloud(1, 500, 3, seed=83)
+    monkeypatch.delenv(PATH_ENV, raising=False)
+    monkeypatch.setenv(OLD_PATH_ENV, "scan")
     assert_knn_exact(p, p, 10)
+    monkeypatch.setenv(PATH_ENV, "scan")
+    assert_knn_exact(p, p, 10)
+
+
+@pytest.mark.parametrize("knn_path", PATHS + [""], indirect=True)
+def test_every_path_zero_dimensions(knn_path):
+    # D = 0: every distance is 0, ties go to the lower index.  (The tree kernel
+    # exists for D = 1 .. 8 only; D = 0 once reached it and returned garbage.)
+    q = torch.zeros(2, 300, 0)
+    L = torch.tensor([300, 300])
+    d, i = torch.ops.pcgeom.knn(q, q, 4, L, L)
+    assert torch.equal(i, torch.arange(4).expand(2, 300, 4)) and torch.equal(d, torch.zeros(2, 300, 4))
+
+
+# ---------------------------------------------------------------------------
+# The plan itself: which kernel serves each cloud (torch.ops.pcgeom._knn_cpu_plan)
+
+PLAN_NAMES = ["none", "tree", "blocked", "tile", "brute"]  # the op's codes (KnnPath)
+
+
+@pytest.fixture
+def no_override(monkeypatch):
+    monkeypatch.delenv(PATH_ENV, raising=False)
+    monkeypatch.delenv(OLD_PATH_ENV, raising=False)
+    return monkeypatch
+
+
+def plan(M, N, D, k, ql=None, pl=None, *, B=1, dtype=torch.float32, points=None):
+    """The plan's kernel name per cloud for (B, M, D) queries against (B, N, D) points."""
+    query = torch.zeros(B, M, D, dtype=dtype)
+    points = torch.zeros(B, N, D, dtype=dtype) if points is None else points
+    codes = torch.ops.pcgeom._knn_cpu_plan(query, points, k, _lengths(query, ql), _lengths(points, pl))
+    assert codes.dtype == torch.int64 and codes.shape == (B,)
+    return [PLAN_NAMES[c] for c in codes.tolist()]
+
+
+def test_plan_low_dimensions_per_call(no_override):
+    # D <= 4: >= 256 points, 8k <= n, >= 192 queries.
+    assert plan(192, 256, 3, 32) == ["tree"]
+    assert plan(192, 255, 3, 31) == ["tile"]  # points
+    assert plan(192, 256, 3, 33) == ["tile"]  # 8k > n
+    assert plan(191, 256, 3, 32) == ["tile"]  # queries
+    assert plan(192, 256, 1, 1) == ["tree"] and plan(191, 256, 4, 1) == ["tile"]
+    # D = 5 .. 8: at least tree_min(D) points and queries.
+    for D, need in ((5, 2048), (6, 4096), (7, 6144), (8, 12288)):
+        assert plan(need, need, D, 16) == ["tree"], D
+        assert plan(need - 1, need, D, 16) == ["tile"], D
+        assert plan(need, need - 1, D, 16) == ["tile"], D
+    # No compiled tree for D = 0: tile (the tree kernel used to return garbage there).
+    assert plan(300, 300, 0, 4) == ["tile"]
+
+
+def test_plan_high_dimensions_per_call(no_override):
+    # D > 8: N * D >= 2^18, 4k <= N, M >= 32, and k <= 64 or N * D >= 2^19.
+    assert plan(32, 4096, 64, 64) == ["blocked"]
+    assert plan(31, 4096, 64, 64) == ["tile"]  # queries
+    assert plan(32, 4095, 64, 16) == ["tile"]  # N * D just below 2^18
+    assert plan(32, 4096, 64, 65) == ["tile"]  # k > 64 below 2^19
+    assert plan(32, 8192, 64, 65) == ["blocked"]  # k > 64 from 2^19 on
+    assert plan(32, 8192, 64, 2048) == ["blocked"]  # 4k = N
+    assert plan(32, 8192, 64, 2049) == ["tile"]  # 4k > N
+    assert plan(32, 2 ** 18 // 9 + 1, 9, 16) == ["blocked"]  # the first D above the tree's
+    assert plan(32, 2 ** 18 // 9, 9, 16) == ["tile"]
+
+
+def test_plan_per_cloud(no_override):
+    # The tree kernel plans each cloud from its own queries and finite points.
+    assert plan(192, 256, 3, 32, ql=[192, 191], B=2) == ["tree", "tile"]
+    assert plan(192, 256, 3, 32, pl=[256, 255], B=2) == ["tree", "tile"]
+    assert plan(192, 256, 3, 8, ql=[192, 0], pl=[0, 256], B=2) == ["none", "none"]
+    pts = torch.zeros(2, 256, 3)
+    pts[1, 7, 2] = float("nan")  # 255 finite points left
+    assert plan(192, 256, 3, 32, B=2, points=pts) == ["tree", "tile"]
+    pts[1, 7, 2] = float("inf")
+    assert plan(192, 256, 3, 32, B=2, dtype=torch.float64, points=pts.double()) == ["tree", "tile"]
+    # The blocked kernel: >= 64 finite points, 4k <= n, >= 16 queries per cloud.
+    assert plan(40, 4096, 64, 16, ql=[40, 16], pl=[4096, 64], B=2) == ["blocked", "blocked"]
+    assert plan(40, 4096, 64, 16, ql=[40, 15], B=2) == ["blocked", "tile"]
+    assert plan(40, 4096, 64, 16, pl=[4096, 63], B=2) == ["blocked", "tile"]
+    assert plan(40, 4096, 64, 26, pl=[104, 103], B=2) == ["blocked", "tile"]  # 4k vs n
+    # A call the padded sizes rule out is planned whole: no cloud gets a tree.
+    assert plan(191, 5000, 3, 8, B=3) == ["tile"] * 3
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_plan_is_the_same_for_every_dtype(no_override, dtype):
+    # Half precision runs on float32 copies: the plan never looks at the dtype.
+    assert plan(192, 256, 3, 32, dtype=dtype) == ["tree"]
+    assert plan(191, 256, 3, 32, dtype=dtype) == ["tile"]
+    assert plan(32, 4096, 64, 64, dtype=dtype) == ["blocked"]
+    assert plan(31, 4096, 64, 64, dtype=dtype) == ["tile"]
+    pts = torch.zeros(1, 256, 3, dtype=dtype)
+    pts[0, 0, 0] = float("nan")
+    assert plan(192, 256, 3, 32, dtype=dtype, points=pts) == ["tile"]
+
+
+def test_plan_int32_fallback(no_override):
+    # 2^31 - 1 queries or points: brute, the only kernel with int64 row indices,
+    # whatever the override says.  Expanded tensors: nothing is allocated.
+    big = 2 ** 31 - 1
+    one = torch.zeros(1, 1, 1)
+
+    def call(M, N, k=1):
+        q, p = one.expand(1, M, 1), one.expand(1, N, 1)
+        codes = torch.ops.pcgeom._knn_cpu_plan(q, p, k, torch.tensor([M]), torch.tensor([N]))
+        return PLAN_NAMES[codes.item()]
+
+    assert call(big, 4) == "brute"
+    assert call(big - 1, 4) == "tile"
+    assert call(4, big) == "brute"
+    assert call(4, big - 1) == "tile"
+    for forced in PATHS:
+        no_override.setenv(PATH_ENV, forced)
+        assert call(big, 4) == "brute", forced
+
+
+def test_plan_overrides(no_override):
+    mp = no_override
+    nan_cloud = torch.full((1, 300, 3), float("nan"))
+    for value, low_d, high_d in (("tree", "tree", "blocked"), ("blocked", "blocked", "blocked"),
+                                 ("tile", "tile", "tile"), ("brute", "brute", "brute"),
+                                 ("scan", "brute", "brute"), ("auto", "tile", "blocked"),
+                                 ("", "tile", "blocked")):
+        mp.setenv(PATH_ENV, value)
+        assert plan(20, 300, 3, 8) == [low_d], value  # unforced: tile (20 queries)
+        assert plan(32, 4096, 64, 16) == [high_d], value  # unforced: blocked
+    # Forced tree applies where the tree kernel exists (1 <= D <= 8): else the plan decides.
+    mp.setenv(PATH_ENV, "tree")
+    assert plan(31, 4096, 64, 16) == ["tile"]
+    assert plan(300, 300, 0, 4) == ["tile"]
+    # Forced tree / blocked still need a finite point per cloud.
+    assert plan(20, 300, 3, 8, points=nan_cloud) == ["tile"]
+    mp.setenv(PATH_ENV, "blocked")
+    assert plan(20, 300, 3, 8, points=nan_cloud) == ["tile"]
+    assert plan(20, 300, 3, 8) == ["blocked"]
+    # The old variable name is read when the new one is unset or empty; the new one wins.
+    mp.delenv(PATH_ENV)
+    mp.setenv(OLD_PATH_ENV, "tile")
+    assert plan(32, 4096, 64, 16) == ["tile"]
+    mp.setenv(PATH_ENV, "")
+    assert plan(32, 4096, 64, 16) == ["tile"]
+    mp.setenv(PATH_ENV, "brute")
+    assert plan(32, 4096, 64, 16) == ["brute"]
+
+
+@pytest.mark.parametrize("env", [PATH_ENV, OLD_PATH_ENV])
+def test_unknown_path_value_is_rejected(no_override, env):
+    no_override.setenv(env, "no-such-path")
+    p = random_cloud(1, 50, 3, seed=83)
+    L = torch.tensor([50])
+    for op, args in (("knn", (p, p, 4, L, L)), ("ball_query", (p, p, 0.5, 4, L, L)),
+                     ("_knn_cpu_plan", (p, p, 4, L, L))):
+        with pytest.raises(RuntimeError) as info:
+            getattr(torch.ops.pcgeom, op)(*args)
+        assert (f"{op}: environment variable {env}=no-such-path is not one of: "
+                "auto, tree, blocked, tile, brute (scan: the old name of brute)") in str(info.value)
+    with pytest.raises(RuntimeError, match="environment variable"):
+        pcgeom.knn(p, p, 4)
+    no_override.setenv(env, "Tree")  # case matters, as on CUDA
+    with pytest.raises(RuntimeError, match="is not one of"):
+        torch.ops.pcgeom.knn(p, p, 4, L, L)
 
 
 # ---------------------------------------------------------------------------

@@ -207,6 +207,16 @@ inline Tensor alloc_output(std::initializer_list<int64_t> shape, ScalarType dtyp
   return Tensor();
 }
 
+// Below roughly this much work (distance evaluations) a loop runs inline:
+// starting threads costs more, and a lot more on a busy machine.
+constexpr int64_t kParallelWork = 1 << 15;
+
+// Grain of a parallel_for whose items cost `cost_per_item` each.
+inline int64_t grain_for(int64_t cost_per_item) {
+  const int64_t cost = cost_per_item > 1 ? cost_per_item : 1;
+  return kParallelWork / cost > 1 ? kParallelWork / cost : 1;
+}
+
 // torch::stable::parallel_for that keeps the message of an exception thrown by
 // f (the stable shim would replace it with "torch_parallel_for(...) API call
 // failed").  `op` names the op in an out-of-memory message.

@@ -26,8 +26,8 @@
 //
 // Points with a NaN/inf coordinate are left out of the GEMM and merged in at
 // the end (the top-k of a union is the top-k of the parts' top-k); queries with
-// a NaN/inf coordinate, clouds whose norms could overflow, and clouds too small
-// or with k too close to N for the filter to pay off are scanned directly.
+// a NaN/inf coordinate, clouds whose norms could overflow, and clouds the plan
+// (knn_dispatch_cpu.h) sends elsewhere go to the tile path.
 #include "knn/knn_blocked_cpu.h"
 
 #include <algorithm>
@@ -46,7 +46,8 @@
 #include "common/checks.h"
 #include "common/pcgeom_common.h"
 #include "common/topk_cpu.h"
-#include "knn/knn_scan_cpu.h"
+#include "knn/knn_dispatch_cpu.h"
+#include "knn/knn_rows_cpu.h"
 #include "knn/knn_tile_cpu.h"
 
 namespace pcgeom {
@@ -368,7 +369,7 @@ struct CloudWork {
 
 template <typename A>
 void prepare_cloud(const A* qb, const A* pb, int64_t Lq, int64_t L, int64_t D, int64_t K,
-                   bool use_radius, A r2, bool self_query, bool force, CloudWork<A>* w) {
+                   bool use_radius, A r2, bool self_query, KnnPath forced, CloudWork<A>* w) {
   w->qb = qb;
   w->pb = pb;
   w->active = Lq > 0 && L > 0;
@@ -376,7 +377,7 @@ void prepare_cloud(const A* qb, const A* pb, int64_t Lq, int64_t L, int64_t D, i
   Cloud<A>& c = w->c;
   prepare_points<A>(pb, L, D, &c);
   const int64_t nF = static_cast<int64_t>(c.fidx.size());
-  w->blocked = c.ok && (force ? nF > 0 : (nF >= 64 && 4 * K <= nF && Lq >= 16));
+  w->blocked = c.ok && plan(KnnPath::kBlocked, Lq, nF, D, K, forced) == KnnPath::kBlocked;
   if (!w->blocked) {
     for (int64_t m = 0; m < Lq; ++m) w->qbad.push_back(static_cast<int32_t>(m));
     return;
@@ -498,14 +499,14 @@ void run_tile(CloudWork<A>& w, const TileTask& t, int64_t D, int64_t K, std::vec
 template <typename T>
 void knn_blocked_cpu(const T* q, const T* p, const int64_t* ql, const int64_t* pl, int64_t B,
                      int64_t M, int64_t N, int64_t D, int64_t K, bool use_radius, double radius2,
-                     bool self_query, bool force, T* out_d, int64_t* out_i) {
+                     bool self_query, KnnPath forced, T* out_d, int64_t* out_i) {
   using A = T;
   const A r2 = static_cast<A>(radius2);
   std::vector<CloudWork<A>> works(B);
   pcgeom::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       prepare_cloud<A>(q + b * M * D, p + b * N * D, ql[b], pl[b], D, K, use_radius, r2,
-                       self_query, force, &works[b]);
+                       self_query, forced, &works[b]);
     }
   });
 
@@ -595,9 +596,9 @@ void knn_blocked_cpu(const T* q, const T* p, const int64_t* ql, const int64_t* p
 
 template void knn_blocked_cpu<float>(const float*, const float*, const int64_t*, const int64_t*,
                                      int64_t, int64_t, int64_t, int64_t, int64_t, bool, double,
-                                     bool, bool, float*, int64_t*);
+                                     bool, KnnPath, float*, int64_t*);
 template void knn_blocked_cpu<double>(const double*, const double*, const int64_t*,
                                       const int64_t*, int64_t, int64_t, int64_t, int64_t, int64_t,
-                                      bool, double, bool, bool, double*, int64_t*);
+                                      bool, double, bool, KnnPath, double*, int64_t*);
 
 }  // namespace pcgeom

@@ -1,19 +1,11 @@
 // CPU kernels of pcgeom::knn and pcgeom::knn_backward (also the search behind
 // ball_query).
 //
-// Exact paths, chosen per call and per cloud by the dispatcher (choose_path,
-// choose_tree below, with the measurements behind the rule):
-//   * low dimensions (D <= 8): a KD-tree per cloud (common/kdtree_cpu.h) and a
-//     grouped best-first search (knn/knn_tree_cpu.h) for clouds that are large
-//     against k and have enough queries to pay for the build;
-//   * high dimensions, large enough clouds: blocked GEMM candidate selection
-//     with exact re-ranking (knn/knn_blocked_cpu.cpp);
-//   * everything else -- small clouds, k a large share of N, small
-//     high-dimensional batches, NaN/inf queries: the tile path
-//     (knn/knn_tile_cpu.cpp), vectorised exact distances with a partial
-//     selection;
-//   * the scalar scan only for clouds (or query sets) of 2^31 - 1 points or more.
-// PCGEOM_KNN_CPU_PATH=tree|blocked|tile|scan forces one (knn_scan_cpu.h).
+// Exact paths: a KD-tree per cloud for D <= 8 (common/kdtree_cpu.h,
+// knn/knn_tree_cpu.h), blocked GEMM candidate selection with exact re-ranking
+// (knn/knn_blocked_cpu.cpp), vectorised distance tiles with a partial
+// selection (knn/knn_tile_cpu.cpp) and the brute scan below; which one serves
+// a call, and a cloud, is the plan of knn/knn_dispatch_cpu.h.
 // Every path evaluates the distances it keeps with the one formula of
 // pcgeom_common.h and ranks with the pcgeom key order, so all of them return
 // the reference's answer bit for bit.  float16/bfloat16 inputs run on float32
@@ -35,8 +27,8 @@
 #include "common/kdtree_cpu.h"
 #include "common/topk_cpu.h"
 #include "knn/knn_blocked_cpu.h"
-#include "knn/knn_common.h"
-#include "knn/knn_scan_cpu.h"
+#include "knn/knn_dispatch_cpu.h"
+#include "knn/knn_rows_cpu.h"
 #include "knn/knn_tile_cpu.h"
 #include "knn/knn_tree_cpu.h"
 
@@ -53,18 +45,9 @@ using cpu::KdBuilder;
 using cpu::KdTree;
 using cpu::SortedTopKList;
 using cpu::offer;
-using cpu::scan_rows;
+using cpu::brute_rows;
 using cpu::write_padding;
 using cpu::write_row;
-
-constexpr int kMaxTreeDim = 8;
-// Below roughly this much work (distance evaluations) a loop runs inline:
-// starting threads costs more, and a lot more on a busy machine.
-constexpr int64_t kParallelWork = 1 << 15;
-
-inline int64_t grain_for(int64_t cost_per_item) {
-  return std::max<int64_t>(1, kParallelWork / std::max<int64_t>(1, cost_per_item));
-}
 
 // Runs f(top) with the generic (NaN-aware) top-k container suited to K.
 template <typename A, class Fn>
@@ -82,7 +65,7 @@ inline int64_t with_topk(A* bd, int64_t* bi, int64_t K, Fn&& f) {
 }
 
 // ---------------------------------------------------------------------------
-// Generic direct scan (any D): one query row against all points.
+// The brute path (any D): one query row against every point.
 
 template <typename A>
 void knn_brute_kernel(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int64_t B,
@@ -98,7 +81,7 @@ void knn_brute_kernel(const A* q, const A* p, const int64_t* ql, const int64_t* 
       int64_t found = 0;
       if (m < ql[b]) {
         found = with_topk<A>(bd.data(), bi.data(), K, [&](auto& top) {
-          scan_rows<A, A>(q + r * D, p + b * N * D, pl[b], D, top, use_radius, r2);
+          brute_rows<A, A>(q + r * D, p + b * N * D, pl[b], D, top, use_radius, r2);
         });
       }
       write_row<A, A>(bd.data(), bi.data(), found, K, out_d + r * K, out_i + r * K);
@@ -115,63 +98,17 @@ struct LowDCloud {
   KdTree<D, A> tree;               // finite points
   std::vector<int32_t> nonfinite;  // valid points with a NaN/inf coordinate, ascending
   std::vector<int32_t> tree_q;     // queries searched in the tree, grouped
-  std::vector<int32_t> scan_q;     // queries scanned directly
+  std::vector<int32_t> tile_q;     // queries searched on the tile path
 };
 
 // A unit of parallel work: a group of tree queries sharing a start leaf, or a
-// run of directly scanned queries.
+// run of queries for the tile path.
 struct WorkItem {
   int32_t cloud;
-  int32_t leaf;  // -1: direct scan
+  int32_t leaf;  // -1: tile path
   int64_t first;
   int64_t count;
 };
-
-// The KD-tree pays off when there are enough queries to amortise the build and
-// k is small against the cloud; otherwise the tile path wins.  The tree costs
-// a build of O(n log n) plus a per-query search that grows with k and, on
-// uniform data, steeply with D; the tile path costs O(n D) per query.  So the
-// crossover is a number of queries per cloud, nearly independent of n in
-// 3-D, and a cloud size as well from D = 5 on.  Measured on the project's
-// 2-core machine (2 threads, uniform cube, best of 7 interleaved runs, ms,
-// both kernels forced with PCGEOM_KNN_CPU_PATH; tile / tree):
-//   B x M x N, D, k            tree   tile  tile/tree
-//   128 x 64 x 1024, 3, 32     20.5   13.1   0.64   (group-mae)
-//   32 x 128 x 1024, 3, 32      8.5    7.1   0.84
-//   32 x 192 x 1024, 3, 16      7.2    6.7   0.93
-//   8 x 256 x 2048, 3, 32       4.1    5.1   1.25
-//   1 x 256 x 65536, 3, 16      8.2    7.8   0.96
-//   1 x 512 x 65536, 3, 16      7.2   10.8   1.51
-//   16 x 1024 x 1024, 3, 16    12.8   21.4   1.67
-//   16 x 1024 x 1024, 3, 32    20.7   24.8   1.20
-//   64 x 256 x 256, 3, 32      15.7   14.7   0.94   (k = n/8)
-//   4 x 2048 x 2048, 5, 16     15.1   16.2   1.07
-//   2 x 4096 x 4096, 6, 16     29.3   29.7   1.01
-//   2 x 4096 x 4096, 7, 16     36.9   30.4   0.82
-//   1 x 8192 x 8192, 8, 16     70.0   63.0   0.90
-//   1 x 1024 x 8192, 8, 16     19.8    8.2   0.42
-//   1 x 16384 x 16384, 8, 16  145    158     1.09
-// Rule: >= 256 finite points, 8k <= n, and at least kTreeMin(D) queries;
-// for D >= 5 also at least kTreeMin(D) points.
-inline int64_t tree_min(int64_t D) {
-  switch (D) {
-    case 5: return 2048;
-    case 6: return 4096;
-    case 7: return 6144;
-    case 8: return 12288;
-    default: return 192;  // D <= 4
-  }
-}
-
-inline bool choose_tree(int64_t M_b, int64_t n_finite, int64_t K, int64_t D, KnnPath path) {
-  if (path == KnnPath::kTree) return n_finite > 0;
-  if (path != KnnPath::kAuto) return false;
-  if (n_finite < 256) return false;
-  if (K * 8 > n_finite) return false;
-  const int64_t need = tree_min(D);
-  if (D >= 5 && n_finite < need) return false;
-  return M_b >= need;
-}
 
 // Everything done for one cloud before the search: split finite / non-finite
 // points, pick the path, build the tree, lay out the query groups, write the
@@ -180,7 +117,7 @@ inline bool choose_tree(int64_t M_b, int64_t n_finite, int64_t K, int64_t D, Knn
 template <int D, typename A>
 void prepare_lowd_cloud(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int64_t b,
                         int64_t M, int64_t N, int64_t K, bool self_query, bool parallel,
-                        KnnPath path, LowDCloud<D, A>& c, std::vector<WorkItem>& items, A* out_d,
+                        KnnPath forced, LowDCloud<D, A>& c, std::vector<WorkItem>& items, A* out_d,
                         int64_t* out_i) {
   const int64_t L = pl[b];
   const int64_t Mq = ql[b];
@@ -194,7 +131,7 @@ void prepare_lowd_cloud(const A* q, const A* p, const int64_t* ql, const int64_t
     if (!cpu::all_finite<D, A>(pb + j * D)) c.nonfinite.push_back(static_cast<int32_t>(j));
   }
   const int64_t n_finite = L - static_cast<int64_t>(c.nonfinite.size());
-  c.use_tree = choose_tree(Mq, n_finite, K, D, path);
+  c.use_tree = plan(KnnPath::kTree, Mq, n_finite, D, K, forced) == KnnPath::kTree;
   const int32_t cb = static_cast<int32_t>(b);
   if (c.use_tree) {
     KdBuilder<D, A> bl(&c.tree);
@@ -228,7 +165,7 @@ void prepare_lowd_cloud(const A* q, const A* p, const int64_t* ql, const int64_t
   }
 
   if (!c.use_tree) {
-    for (int64_t m = 0; m < Mq; ++m) c.scan_q.push_back(static_cast<int32_t>(m));
+    for (int64_t m = 0; m < Mq; ++m) c.tile_q.push_back(static_cast<int32_t>(m));
   } else if (self_query) {
     // A self query walks the tree's leaves: each leaf's points are one group,
     // and consecutive groups share nodes and points in cache.
@@ -242,10 +179,10 @@ void prepare_lowd_cloud(const A* q, const A* p, const int64_t* ql, const int64_t
       if (cnt > 0) items.push_back({cb, leaf, first, cnt});
     }
     for (const int32_t j : c.nonfinite) {
-      if (j < Mq) c.scan_q.push_back(j);
+      if (j < Mq) c.tile_q.push_back(j);
     }
     // Query rows past the points' length are not in the tree.
-    for (int64_t m = L; m < Mq; ++m) c.scan_q.push_back(static_cast<int32_t>(m));
+    for (int64_t m = L; m < Mq; ++m) c.tile_q.push_back(static_cast<int32_t>(m));
   } else {
     // Other queries are bucketed by the leaf a descent reaches (counting sort
     // by node id), so each group is spatially tight.
@@ -267,7 +204,7 @@ void prepare_lowd_cloud(const A* q, const A* p, const int64_t* ql, const int64_t
       if (home[m] >= 0) {
         ++start[home[m] + 1];
       } else {
-        c.scan_q.push_back(static_cast<int32_t>(m));
+        c.tile_q.push_back(static_cast<int32_t>(m));
       }
     }
     for (int64_t i = 0; i < nn; ++i) start[i + 1] += start[i];
@@ -283,16 +220,16 @@ void prepare_lowd_cloud(const A* q, const A* p, const int64_t* ql, const int64_t
     }
   }
   const int64_t chunk = std::max<int64_t>(1, grain_for(L * D) / 4);
-  const int64_t nscan = static_cast<int64_t>(c.scan_q.size());
-  for (int64_t s = 0; s < nscan; s += chunk) {
-    items.push_back({cb, -1, s, std::min(chunk, nscan - s)});
+  const int64_t ntile = static_cast<int64_t>(c.tile_q.size());
+  for (int64_t s = 0; s < ntile; s += chunk) {
+    items.push_back({cb, -1, s, std::min(chunk, ntile - s)});
   }
 }
 
 template <int D, typename A>
 void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int64_t B, int64_t M,
-              int64_t N, int64_t K, bool use_radius, double radius2, bool self_query, KnnPath path,
-              A* out_d, int64_t* out_i) {
+              int64_t N, int64_t K, bool use_radius, double radius2, bool self_query,
+              KnnPath forced, A* out_d, int64_t* out_i) {
   using Key = typename FiniteKey<A>::type;
   const A r2 = static_cast<A>(radius2);
   std::vector<LowDCloud<D, A>> clouds(B);
@@ -308,13 +245,13 @@ void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int6
   if (B >= threads || light) {
     pcgeom::parallel_for(0, B, light ? B : 1, [&](int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b) {
-        prepare_lowd_cloud<D, A>(q, p, ql, pl, b, M, N, K, self_query, false, path, clouds[b],
+        prepare_lowd_cloud<D, A>(q, p, ql, pl, b, M, N, K, self_query, false, forced, clouds[b],
                                  items_per_cloud[b], out_d, out_i);
       }
     });
   } else {
     for (int64_t b = 0; b < B; ++b) {
-      prepare_lowd_cloud<D, A>(q, p, ql, pl, b, M, N, K, self_query, true, path, clouds[b],
+      prepare_lowd_cloud<D, A>(q, p, ql, pl, b, M, N, K, self_query, true, forced, clouds[b],
                                items_per_cloud[b], out_d, out_i);
     }
   }
@@ -341,25 +278,14 @@ void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int6
           const int64_t b = it.cloud;
           const LowDCloud<D, A>& c = clouds[b];
           const A* pb = p + b * N * D;
-          if (it.leaf < 0 && path != KnnPath::kScan) {
-            knn_tile_rows<A>(q + b * M * D, c.scan_q.data() + it.first, it.count, pb, pl[b], D,
+          if (it.leaf < 0) {
+            knn_tile_rows<A>(q + b * M * D, c.tile_q.data() + it.first, it.count, pb, pl[b], D,
                              K, use_radius, r2, out_d + b * M * K, out_i + b * M * K);
             continue;
           }
           if (bd.empty()) {
             bd.resize(K);
             bi.resize(K);
-          }
-          if (it.leaf < 0) {
-            for (int64_t s = 0; s < it.count; ++s) {
-              const int64_t m = c.scan_q[it.first + s];
-              const int64_t r = b * M + m;
-              const int64_t found = with_topk<A>(bd.data(), bi.data(), K, [&](auto& top) {
-                scan_rows<A, A>(q + r * D, pb, pl[b], D, top, use_radius, r2);
-              });
-              write_row<A, A>(bd.data(), bi.data(), found, K, out_d + r * K, out_i + r * K);
-            }
-            continue;
           }
           const int64_t g = it.count;
           const int32_t* qs = c.tree_q.data() + it.first;
@@ -406,17 +332,18 @@ void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int6
       });
 }
 
+// The tree path: knn_lowd compiled for D = 1 .. 8 (plan() answers tree only there).
 template <typename A>
-bool knn_lowd_dispatch(int64_t D, const A* q, const A* p, const int64_t* ql, const int64_t* pl,
+void knn_lowd_dispatch(int64_t D, const A* q, const A* p, const int64_t* ql, const int64_t* pl,
                        int64_t B, int64_t M, int64_t N, int64_t K, bool use_radius,
-                       double radius2, bool self_query, KnnPath path, A* out_d,
+                       double radius2, bool self_query, KnnPath forced, A* out_d,
                        int64_t* out_i) {
   switch (D) {
-#define PCGEOM_LOWD_CASE(DD)                                                                 \
-  case DD:                                                                                   \
-    knn_lowd<DD, A>(q, p, ql, pl, B, M, N, K, use_radius, radius2, self_query, path, out_d, \
-                    out_i);                                                                  \
-    return true;
+#define PCGEOM_LOWD_CASE(DD)                                                                   \
+  case DD:                                                                                     \
+    knn_lowd<DD, A>(q, p, ql, pl, B, M, N, K, use_radius, radius2, self_query, forced, out_d, \
+                    out_i);                                                                    \
+    return;
     PCGEOM_LOWD_CASE(1)
     PCGEOM_LOWD_CASE(2)
     PCGEOM_LOWD_CASE(3)
@@ -427,94 +354,32 @@ bool knn_lowd_dispatch(int64_t D, const A* q, const A* p, const int64_t* ql, con
     PCGEOM_LOWD_CASE(8)
 #undef PCGEOM_LOWD_CASE
     default:
-      return false;
+      knn_tile_cpu<A>(q, p, ql, pl, B, M, N, D, K, use_radius, radius2, out_d, out_i);
   }
 }
 
-// The dispatcher: which kernel serves a call.
-//
-//   N or M >= 2^31 - 1                    -> scan (the other paths index in int32)
-//   D <= 8, per cloud (choose_tree):
-//     >= 256 finite points, 8k <= n, >= 192 queries (D <= 4), or
-//     >= 2048 / 4096 / 6144 / 12288 points and queries (D = 5 / 6 / 7 / 8)
-//                                                                  -> KD-tree
-//     otherwise                                                    -> tile
-//   D > 8, per call:
-//     N * D >= 2^18, 4k <= N, M >= 32 and (k <= 64 or N * D >= 2^19)
-//                                         -> blocked GEMM (+ tile for the rows it
-//                                            cannot take: NaN/inf, overflow)
-//     otherwise                           -> tile
-//
-// Measured on the project's 2-core machine (2 threads, best of 7 interleaved
-// runs, uniform cube, ms, kernel forced with PCGEOM_KNN_CPU_PATH; the tree /
-// tile rows are at choose_tree above):
-//   B x M x N, D, k          tile  blocked
-//   32 x 256^2, 64, 20         8.9    22.9     tile below N*D = 2^18
-//   4 x 1024^2, 64, 20        12.1    15.5
-//   8 x 512^2, 512, 32        46.0    42.7     blocked from N*D = 2^18
-//   4 x 4096^2, 64, 20         161     120
-//   1 x 2048^2, 128, 64       27.5    27.9
-//   1 x 2048^2, 128, 100      34.6    42.9     tile for k > 64 below N*D = 2^19
-//   4 x 4096^2, 64, 100        274     349
-//   1 x 4096^2, 128, 100       121     108
-//   1 x 8192^2, 64, 100        196     204
-//   1 x 2048^2, 128, 2048      214    1116     tile for k > N/4 (previous build)
-// (The direct tile computes 3 flops per coordinate pair; the GEMM does the bulk
-// at BLAS speed, but its candidate bookkeeping and re-ranking only pay once a
-// tile row is long and deep enough, and grow with k while the tile path's
-// bootstrap keeps its survivors near k.)
-inline bool blocked_pays(int64_t M, int64_t N, int64_t D, int64_t K) {
-  return N * D >= (int64_t(1) << 18) && 4 * K <= N && M >= 32 &&
-         (K <= 64 || N * D >= (int64_t(1) << 19));
-}
-
-inline KnnPath choose_path(int64_t B, int64_t M, int64_t N, int64_t D, int64_t K) {
-  (void)B;
-  // choose_tree only grows more willing with more points and queries, so the
-  // padded sizes bound every cloud: if even they get no tree, no cloud does,
-  // and the call skips the per-cloud preparation.
-  if (D <= kMaxTreeDim) return choose_tree(M, N, K, D, KnnPath::kAuto) ? KnnPath::kAuto : KnnPath::kTile;
-  if (blocked_pays(M, N, D, K)) return KnnPath::kBlocked;
-  return KnnPath::kTile;
-}
-
-// The search on float32 / float64 arrays; `dist` has the same dtype.
+// The search on float32 / float64 arrays; `dist` has the same dtype.  The
+// kernel is the plan's (knn_dispatch_cpu.h); `forced` is the override.
 template <typename A>
 void knn_search_acc(const A* qp, const A* pp, const int64_t* qlp, const int64_t* plp, int64_t B,
                     int64_t M, int64_t N, int64_t D, int64_t k, bool use_radius, double radius2,
-                    bool self_query, A* od, int64_t* oi) {
-  // The tree, blocked and tile paths store point and query indices as int32.
-  const bool small_index = N < (int64_t(1) << 31) - 1 && M < (int64_t(1) << 31) - 1;
-  if (!small_index) {
-    knn_brute_kernel<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, od, oi);
-    return;
-  }
-  const KnnPath forced = knn_path_override();
-  KnnPath path = forced;
-  if (path == KnnPath::kTree && D > kMaxTreeDim) path = KnnPath::kAuto;
-  if (path == KnnPath::kAuto) path = choose_path(B, M, N, D, k);
-  switch (path) {
+                    bool self_query, KnnPath forced, A* od, int64_t* oi) {
+  switch (plan(KnnPath::kAuto, M, N, D, k, forced)) {
+    case KnnPath::kTree:
+      knn_lowd_dispatch<A>(D, qp, pp, qlp, plp, B, M, N, k, use_radius, radius2, self_query,
+                           forced, od, oi);
+      return;
     case KnnPath::kBlocked:
       knn_blocked_cpu<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, self_query,
-                         forced == KnnPath::kBlocked, od, oi);
+                         forced, od, oi);
       return;
-    case KnnPath::kTile:
+    case KnnPath::kBrute:
+      knn_brute_kernel<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, od, oi);
+      return;
+    default:
       knn_tile_cpu<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, od, oi);
       return;
-    case KnnPath::kScan:
-      if (D > kMaxTreeDim) {
-        knn_brute_kernel<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, od, oi);
-        return;
-      }
-      break;
-    default:
-      break;
   }
-  // kAuto here means the per-cloud KD-tree / tile choice of knn_lowd.
-  knn_lowd_dispatch<A>(D, qp, pp, qlp, plp, B, M, N, k, use_radius, radius2, self_query,
-                       forced == KnnPath::kTree || forced == KnnPath::kScan ? forced
-                                                                            : KnnPath::kAuto,
-                       od, oi);
 }
 
 // ---------------------------------------------------------------------------
@@ -583,6 +448,7 @@ std::tuple<Tensor, Tensor> knn_search_cpu(const Tensor& query_in, const Tensor& 
   const Tensor pl = torch::stable::contiguous(points_lengths_in);
   check_range_cpu(ql.const_data_ptr<int64_t>(), B, 0, M, op, "query_lengths");
   check_range_cpu(pl.const_data_ptr<int64_t>(), B, 0, N, op, "points_lengths");
+  const KnnPath forced = knn_path_override(op);
 
   // Half precision runs on exact float32 copies (the formula converts anyway).
   const bool half = dtype == torch::headeronly::ScalarType::Half ||
@@ -606,12 +472,13 @@ std::tuple<Tensor, Tensor> knn_search_cpu(const Tensor& query_in, const Tensor& 
     if (acc_type == torch::headeronly::ScalarType::Float) {
       knn_search_acc<float>(query.const_data_ptr<float>(), points.const_data_ptr<float>(),
                             ql.const_data_ptr<int64_t>(), pl.const_data_ptr<int64_t>(), B, M, N,
-                            D, k, use_radius, radius2, self_query, dist.mutable_data_ptr<float>(),
+                            D, k, use_radius, radius2, self_query, forced,
+                            dist.mutable_data_ptr<float>(),
                             idx.mutable_data_ptr<int64_t>());
     } else {
       knn_search_acc<double>(query.const_data_ptr<double>(), points.const_data_ptr<double>(),
                              ql.const_data_ptr<int64_t>(), pl.const_data_ptr<int64_t>(), B, M, N,
-                             D, k, use_radius, radius2, self_query,
+                             D, k, use_radius, radius2, self_query, forced,
                              dist.mutable_data_ptr<double>(), idx.mutable_data_ptr<int64_t>());
     }
   }

@@ -28,7 +28,6 @@
 #include "common/checks.h"
 #include "common/cuda_utils.cuh"
 #include "common/segments_cuda.h"
-#include "knn/knn_common.h"
 #include "knn/knn_cuda_topk.cuh"
 
 namespace pcgeom {

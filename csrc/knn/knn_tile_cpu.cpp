@@ -1,9 +1,7 @@
 // Exact direct KNN on the CPU: vectorised distance tiles + partial selection.
 //
-// The path for every shape where an index does not pay: small clouds, few
-// queries per cloud, k a large share of N, small high-dimensional batches,
-// k > 64 below N * D = 2^19 (see the dispatcher in
-// knn_cpu.cpp for where it is chosen).  Per group of up to 32 query rows:
+// The path for every shape where an index does not pay (where, is the plan in
+// knn_dispatch_cpu.h).  Per group of up to 32 query rows:
 //   1. the points are copied a tile of 256 at a time into a per-thread
 //      buffer, transposed (D x 256), so that one query's 256 distances are
 //      computed with the points in the SIMD lanes: each lane is one point and
@@ -51,7 +49,7 @@
 #include "common/pcgeom_common.h"
 #include "common/simd_cpu.h"
 #include "common/topk_cpu.h"
-#include "knn/knn_scan_cpu.h"
+#include "knn/knn_rows_cpu.h"
 
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
 #define PCGEOM_TILE_AVX2 1
@@ -87,7 +85,6 @@ constexpr int64_t kT = 256;  // points per tile
 constexpr int64_t kW = 16;   // distances per register block
 constexpr int64_t kMaxRows = 32;
 constexpr int64_t kWin = 1024;  // points in the bootstrap window (a multiple of kT)
-constexpr int64_t kParallelWork = 1 << 15;
 
 template <typename A>
 struct TileKey;

@@ -1,29 +1,13 @@
-// Small pieces shared by the CPU KNN paths (knn_cpu.cpp, knn_blocked_cpu.cpp).
+// Row helpers shared by the CPU KNN paths (knn_cpu.cpp, knn_blocked_cpu.cpp,
+// knn_tile_cpu.cpp): writing a query's answer, offering a candidate, and the
+// brute path's scan of every point.
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "common/pcgeom_common.h"
 
 namespace pcgeom {
-
-// The CPU KNN kernels (see the dispatcher in knn_cpu.cpp).
-enum class KnnPath { kAuto, kTree, kBlocked, kTile, kScan };
-
-// PCGEOM_KNN_CPU_PATH=tree|blocked|tile|scan forces one kernel wherever it
-// applies (tree: D <= 8 only), for tests and benchmarks; unset or anything
-// else: the dispatcher decides.  Every path returns the same answer.
-inline KnnPath knn_path_override() {
-  const char* e = std::getenv("PCGEOM_KNN_CPU_PATH");
-  if (e == nullptr) return KnnPath::kAuto;
-  if (std::strcmp(e, "tree") == 0) return KnnPath::kTree;
-  if (std::strcmp(e, "blocked") == 0) return KnnPath::kBlocked;
-  if (std::strcmp(e, "tile") == 0) return KnnPath::kTile;
-  if (std::strcmp(e, "scan") == 0) return KnnPath::kScan;
-  return KnnPath::kAuto;
-}
 namespace cpu {
 
 // Writes the k keys of one query (already sorted) and the padding after them.
@@ -54,10 +38,10 @@ inline void offer(TopK& top, A d, int64_t i, bool use_radius, A r2) {
   top.push(d, i);
 }
 
-// Scans points [0, L) stored as T rows (any D): used for non-finite queries and
-// as the generic fallback.  Distances use sq_dist, the shared formula.
+// The brute path for one query: offers points [0, L) stored as T rows (any D).
+// Distances use sq_dist, the shared formula.
 template <typename T, typename A, class TopK>
-inline void scan_rows(const T* qr, const T* pb, int64_t L, int64_t D, TopK& top, bool use_radius,
+inline void brute_rows(const T* qr, const T* pb, int64_t L, int64_t D, TopK& top, bool use_radius,
                       A r2) {
   for (int64_t j = 0; j < L; ++j) {
     offer(top, sq_dist<T, A>(qr, pb + j * D, D), j, use_radius, r2);
