@@ -16,9 +16,11 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _safe_sqrt(d2: torch.Tensor) -> torch.Tensor:
-    """sqrt whose gradient at 0 is 0 instead of inf (inf * 0 would give NaN)."""
+    """sqrt whose gradient at 0 is 0 instead of inf (inf * 0 would give NaN).
+
+    Only an exact 0 maps to 0: a NaN distance (NaN coordinates) stays NaN, as in ``kind="l2"``."""
     pos = d2 > 0
-    return torch.where(pos, torch.where(pos, d2, torch.ones_like(d2)).sqrt(), torch.zeros_like(d2))
+    return torch.where(pos, torch.where(pos, d2, torch.ones_like(d2)).sqrt(), torch.where(d2 == 0, torch.zeros_like(d2), d2))
 
 
 def _directed(query, points, query_lengths, points_lengths, valid, kind):
