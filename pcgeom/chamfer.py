@@ -25,9 +25,11 @@ def _safe_sqrt(d2: torch.Tensor) -> torch.Tensor:
 
 def _directed(query, points, query_lengths, points_lengths, valid, kind):
     """Per-cloud mean over valid query points of the (squared) distance to the nearest point."""
-    d2 = knn(query, points, 1, query_lengths=query_lengths, points_lengths=points_lengths).dist2[..., 0]
-    acc = _acc_dtype(d2.dtype)
-    d2 = d2.to(acc)
+    acc = _acc_dtype(query.dtype)
+    # float16/bfloat16 search in float32 (the neighbours are the same: knn ranks in float32 anyway) so that the
+    # squared distances are not rounded to the half dtype, where they underflow to 0 or overflow to inf while
+    # the distances themselves fit (1e-4 or 3e4 in float16): kind="l1" would return 0 or inf.
+    d2 = knn(query.to(acc), points.to(acc), 1, query_lengths=query_lengths, points_lengths=points_lengths).dist2[..., 0]
     d = _safe_sqrt(d2) if kind == "l1" else d2
     if valid is None:
         return d.mean(dim=1)
