@@ -72,3 +72,15 @@ def clustered_cloud(B, N, *, dtype=torch.float32, device="cpu", seed=0):
     which = torch.randint(0, 8, (B, N), generator=g)
     pts = centers.gather(1, which[..., None].expand(-1, -1, 3)) + torch.randn(B, N, 3, generator=g, dtype=torch.float64) * scales[which][..., None]
     return pts.to(device=device, dtype=dtype)
+
+
+# --- tests/fuzz: the long differential fuzz run (docs/guides/robustness.md) ---
+def pytest_addoption(parser):
+    parser.addoption("--fuzz-long", action="store_true", default=False,
+                     help="run tests/fuzz with the long hypothesis profile (same as PCGEOM_FUZZ_LONG=1)")
+
+
+def pytest_sessionstart(session):
+    # Before collection, so tests/fuzz/strategies.py sees it when it picks its profile at import.
+    if session.config.getoption("--fuzz-long"):
+        os.environ["PCGEOM_FUZZ_LONG"] = "1"

@@ -1,14 +1,10 @@
-"""The fuzz suite's marker and its case count: a summary of the examples run per test at the end of the
+"""The fuzz suite's case count (the ``fuzz`` marker is registered in pyproject.toml): a summary of the examples run per test at the end of the
 session, also written as JSON to ``$PCGEOM_FUZZ_REPORT`` when set (docs/guides/robustness.md)."""
 
 from __future__ import annotations
 
 import json
 import os
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "fuzz: differential fuzz tests (tests/fuzz; long run: PCGEOM_FUZZ_LONG=1 or --fuzz-long)")
 
 
 def pytest_terminal_summary(terminalreporter):

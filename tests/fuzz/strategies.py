@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 LONG = os.environ.get("PCGEOM_FUZZ_LONG", "") not in ("", "0")
 # Cases per test at weight 1: the short run keeps every fuzz test together under a minute on 2 cores;
 # the long run's total (sum over tests of weight * LONG_EXAMPLES) is above 100,000.
-SHORT_EXAMPLES = 12
-LONG_EXAMPLES = 2000
+SHORT_EXAMPLES = 40
+LONG_EXAMPLES = 3500
 
 settings.register_profile(
     "pcgeom-fuzz", max_examples=SHORT_EXAMPLES, deadline=None, derandomize=True, database=None,
