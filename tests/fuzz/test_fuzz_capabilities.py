@@ -141,8 +141,10 @@ def test_mean_neighbor_dist2(c, k):
                 want = np.inf
             else:
                 s = acc(0)
+                # documented: knn's dist2 -- already rounded to the input dtype (float16 squares of 1e-4
+                # underflow to 0 there) -- summed nearest first in the accumulation dtype
                 with np.errstate(all="ignore"):
-                    for v in d:
+                    for v in round_to(d, dtype).astype(acc):
                         s = acc(s + v)
                     want = acc(s / acc(len(d)))
             w = round_to(np.array([want]), dtype)[0]
