@@ -16,16 +16,20 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _safe_sqrt(d2: torch.Tensor) -> torch.Tensor:
-    """sqrt whose gradient at 0 is 0 instead of inf (inf * 0 would give NaN)."""
+    """sqrt whose gradient at 0 is 0 instead of inf (inf * 0 would give NaN).
+
+    Only an exact 0 maps to 0: a NaN distance (NaN coordinates) stays NaN, as in ``kind="l2"``."""
     pos = d2 > 0
-    return torch.where(pos, torch.where(pos, d2, torch.ones_like(d2)).sqrt(), torch.zeros_like(d2))
+    return torch.where(pos, torch.where(pos, d2, torch.ones_like(d2)).sqrt(), torch.where(d2 == 0, torch.zeros_like(d2), d2))
 
 
 def _directed(query, points, query_lengths, points_lengths, valid, kind):
     """Per-cloud mean over valid query points of the (squared) distance to the nearest point."""
-    d2 = knn(query, points, 1, query_lengths=query_lengths, points_lengths=points_lengths).dist2[..., 0]
-    acc = _acc_dtype(d2.dtype)
-    d2 = d2.to(acc)
+    acc = _acc_dtype(query.dtype)
+    # float16/bfloat16 search in float32 (the neighbours are the same: knn ranks in float32 anyway) so that the
+    # squared distances are not rounded to the half dtype, where they underflow to 0 or overflow to inf while
+    # the distances themselves fit (1e-4 or 3e4 in float16): kind="l1" would return 0 or inf.
+    d2 = knn(query.to(acc), points.to(acc), 1, query_lengths=query_lengths, points_lengths=points_lengths).dist2[..., 0]
     d = _safe_sqrt(d2) if kind == "l1" else d2
     if valid is None:
         return d.mean(dim=1)

@@ -193,6 +193,14 @@ def serialize(points=None, voxel_size=None, *, grid_coord=None, offsets=None, or
             raise ValueError(f"{fn}: voxel_size must be > 0, got 0.0")
         if points.shape[0] and not bool(torch.isfinite(points).all()):
             raise ValueError(f"{fn}: points must be finite")
+        if points.shape[0]:
+            # Check the extent before the int64 cast: a float past 2**63 casts to garbage (int64's minimum),
+            # which used to surface as "grid_coord must be >= 0" for a grid_coord the caller never gave.
+            span = torch.div(points - points.min(0).values, vs, rounding_mode="trunc").max().item()
+            if not span < 1 << MAX_DEPTH:
+                raise ValueError(
+                    f"{fn}: points / voxel_size span {span:g} voxels on an axis; depth is at most {MAX_DEPTH} "
+                    f"bits (< {1 << MAX_DEPTH} voxels): use a larger voxel_size")
         g = grid_coordinates(points, vs) if points.shape[0] else points.new_zeros((0, 3), dtype=torch.int64)
     else:
         if points is not None or voxel_size is not None:

@@ -46,3 +46,15 @@ def device(request):
 # The cloud factories live with the benchmark's inputs, so tests and benchmarks share one set;
 # the tests import them from here (`from conftest import random_cloud`).
 from pcgeom.bench.workloads import clustered_cloud, lattice_cloud, random_cloud, surface_cloud  # noqa: E402, F401
+
+
+# --- tests/fuzz: the long differential fuzz run (docs/guides/robustness.md) ---
+def pytest_addoption(parser):
+    parser.addoption("--fuzz-long", action="store_true", default=False,
+                     help="run tests/fuzz with the long hypothesis profile (same as PCGEOM_FUZZ_LONG=1)")
+
+
+def pytest_sessionstart(session):
+    # Before collection, so tests/fuzz/strategies.py sees it when it picks its profile at import.
+    if session.config.getoption("--fuzz-long"):
+        os.environ["PCGEOM_FUZZ_LONG"] = "1"

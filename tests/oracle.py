@@ -107,3 +107,117 @@ def assert_knn_close(dist2, idx, query, points, k, query_lengths=None, points_le
     for row in idx_np.reshape(-1, idx_np.shape[-1]):
         valid = row[row >= 0]
         assert len(np.unique(valid)) == len(valid)
+
+
+# ---------------------------------------------------------------------------
+# Oracles computed the way the docs promise the arithmetic (tests/fuzz).
+# pcgeom's ops accumulate squared differences coordinate by coordinate in the
+# accumulation dtype (float32 for float16/bfloat16/float32, float64 for float64)
+# and round the result once to the input dtype; these oracles do the same in
+# numpy, so ties, overflow to +inf and underflow to 0 are predicted exactly.
+
+def acc_np_dtype(dtype: torch.dtype):
+    """numpy accumulation dtype of a torch floating dtype (float64 stays float64)."""
+    return np.float64 if dtype == torch.float64 else np.float32
+
+
+def to_acc_np(t: torch.Tensor) -> np.ndarray:
+    """The tensor's values exactly, in its accumulation dtype (half/bfloat16 widen exactly)."""
+    acc = acc_np_dtype(t.dtype)
+    return t.detach().to("cpu", torch.float64).numpy().astype(acc)
+
+
+def round_to(values: np.ndarray, dtype: torch.dtype) -> np.ndarray:
+    """Rounds accumulation-dtype values once to ``dtype`` (as the ops' outputs), back as float64."""
+    return torch.from_numpy(np.ascontiguousarray(values)).to(dtype).double().numpy()
+
+
+def sq_dist_acc(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """sum_d (a_d - b_d)**2, each step rounded in the arrays' dtype (no fused multiply-add)."""
+    dt = np.result_type(a, b)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        diff = (a - b).astype(dt)
+        out = np.zeros(diff.shape[:-1], dtype=dt)
+        for d in range(diff.shape[-1]):
+            out = (out + (diff[..., d] * diff[..., d]).astype(dt)).astype(dt)
+    return out
+
+
+def rank_order(d: np.ndarray, cand: np.ndarray) -> np.ndarray:
+    """Ascending distance, NaN after +inf, ties to the lower candidate index."""
+    nan = np.isnan(d)
+    return np.lexsort((cand, np.where(nan, 0, d), nan))
+
+
+def knn_oracle_acc(q: np.ndarray, p: np.ndarray, k: int, radius2=None, order="distance"):
+    """One cloud: (dist2 acc-dtype (M, k) with +inf padding, idx int64 (M, k) with -1 padding).
+
+    ``radius2`` (already in the accumulation dtype) restricts to ``d <= radius2``;
+    ``order="index"`` keeps the first k in-ball points by index."""
+    M = q.shape[0]
+    dist = np.full((M, k), np.inf, dtype=q.dtype if q.size else np.float64)
+    idx = np.full((M, k), -1, dtype=np.int64)
+    for m in range(M):
+        d = sq_dist_acc(p, q[m]) if p.shape[0] else np.zeros(0, dtype=dist.dtype)
+        cand = np.arange(p.shape[0])
+        if radius2 is not None:
+            with np.errstate(invalid="ignore"):
+                keep = d <= radius2
+            d, cand = d[keep], cand[keep]
+            take = np.arange(len(d))[:k] if order == "index" else rank_order(d, cand)[:k]
+        else:
+            take = rank_order(d, cand)[:k]
+        dist[m, : len(take)] = d[take]
+        idx[m, : len(take)] = cand[take]
+    return dist, idx
+
+
+def fps_oracle_acc(p: np.ndarray, n_samples: int, start: int = 0) -> np.ndarray:
+    """One cloud, distances in the array's dtype: greedy FPS, lowest index on ties,
+    NaN distances (NaN points) chosen last, never a repeat; -1 beyond the cloud."""
+    N = p.shape[0]
+    out = np.full(n_samples, -1, dtype=np.int64)
+    if N == 0:
+        return out
+    mind = np.full(N, np.inf, dtype=p.dtype)
+    chosen = np.zeros(N, dtype=bool)
+    cur = start
+    for s in range(min(n_samples, N)):
+        out[s] = cur
+        chosen[cur] = True
+        d = sq_dist_acc(p, p[cur])
+        with np.errstate(invalid="ignore"):
+            # a NaN distance keeps the point's NaN status (it ranks last)
+            mind = np.where(np.isnan(mind) | np.isnan(d), np.nan, np.minimum(mind, d))
+        cand = np.flatnonzero(~chosen)
+        if cand.size == 0:
+            break
+        dm = mind[cand]
+        finite = ~np.isnan(dm)
+        if finite.any():
+            c2, d2 = cand[finite], dm[finite]
+            cur = int(c2[np.flatnonzero(d2 == d2.max())[0]])
+        else:
+            cur = int(cand[0])
+    return out
+
+
+def segment_reduce_oracle(src: np.ndarray, groups: list, reduce: str, empty_value=0.0):
+    """Reduces rows ``src[g]`` (a list of index arrays) along axis 0 in float64, sequentially in row order."""
+    out = []
+    for rows in groups:
+        if len(rows) == 0:
+            out.append(np.full(src.shape[1:], 1.0 if reduce == "prod" else empty_value))
+            continue
+        x = src[rows]
+        if reduce == "sum":
+            out.append(x.sum(0))
+        elif reduce == "mean":
+            out.append(x.sum(0) / len(rows))
+        elif reduce == "prod":
+            out.append(x.prod(0))
+        elif reduce == "min":
+            out.append(x.min(0))
+        elif reduce == "max":
+            out.append(x.max(0))
+    return np.stack(out) if out else np.zeros((0,) + src.shape[1:])
