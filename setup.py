@@ -21,6 +21,7 @@ skipped and the package still installs; the pure-torch path then serves (see
 """
 
 import glob
+import importlib.util
 import json
 import os
 import shutil
@@ -30,9 +31,17 @@ from setuptools import setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join("csrc")
-# 2.10 is the first torch whose stable ABI has everything the kernels use.
-TORCH_TARGET_VERSION = "0x020a000000000000"
-PY_LIMITED_API = "0x030A0000"  # CPython 3.10 -> wheel tag cp310-abi3
+
+
+def _load_build_config():
+    # The flags and the schema header generator, shared with scripts/asan and scripts/cuda_emu.
+    spec = importlib.util.spec_from_file_location("pcgeom_build_config", os.path.join(HERE, CSRC, "build_config.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+BUILD = _load_build_config()
 
 
 def _flag(name):
@@ -108,13 +117,11 @@ def _extensions():
         info["skipped"] = msg
         return [], {}, info
 
-    define = [("TORCH_TARGET_VERSION", TORCH_TARGET_VERSION), ("Py_LIMITED_API", PY_LIMITED_API)]
-    # -ffp-contract=off: distances must be bit-identical to the reference path, so
-    # the compiler may not fuse a*a+b into an FMA.
-    cxx = ["-O3", "-std=c++17", "-ffp-contract=off", "-fvisibility=hidden"]
-    if sys.platform == "win32":
-        cxx = ["/O2", "/std:c++17", "/fp:precise"]
+    define = list(BUILD.DEFINES)
+    cxx = list(BUILD.CXX_FLAGS_MSVC if sys.platform == "win32" else BUILD.CXX_FLAGS)
     include = [os.path.join(HERE, CSRC)]
+    # csrc/ops.cpp's m.def block, generated from the op registry (pcgeom/ops/registry.py).
+    BUILD.write_schema_header()
 
     exts = [
         CppExtension(
@@ -135,15 +142,7 @@ def _extensions():
                 sources=_sources("common/module_cuda.cpp") + _sources("*/*_cuda.cu"),
                 include_dirs=include,
                 define_macros=define + [("USE_CUDA", "1")],
-                extra_compile_args={
-                    "cxx": cxx,
-                    # --fmad=false: same reason as -ffp-contract=off above.
-                    # --threads: one file (knn) dominates the build; compile its
-                    # architectures in parallel instead of one after another.
-                    "nvcc": ["-O3", "--fmad=false", "-std=c++17", "-DUSE_CUDA=1",
-                             f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}",
-                             f"--threads={os.environ.get('PCGEOM_NVCC_THREADS', '2')}"],
-                },
+                extra_compile_args={"cxx": cxx, "nvcc": BUILD.nvcc_flags()},
                 py_limited_api=True,
             )
         )

@@ -1,7 +1,7 @@
 // The one schema registration of the pcgeom op library (stable ABI).
-// Kernels register themselves per device in csrc/<op>/<op>_{cpu,cuda}.*; the
-// same schema strings are repeated in pcgeom/_schema.py for the pure-torch path,
-// and tests/test_backend.py checks that the two agree.
+// Kernels register themselves per device in csrc/<op>/<op>_{cpu,cuda}.*; the m.def
+// lines are generated at build time from the op registry, pcgeom/ops/registry.py,
+// which the pure-torch path reads too (csrc/build_config.py writes the header).
 #include <Python.h>
 
 #include <torch/csrc/stable/library.h>
@@ -16,11 +16,5 @@ PyObject* PyInit__C(void) {
 }
 
 STABLE_TORCH_LIBRARY(pcgeom, m) {
-  m.def("knn(Tensor query, Tensor points, int k, Tensor query_lengths, Tensor points_lengths) -> (Tensor, Tensor)");
-  m.def("knn_backward(Tensor grad_dist2, Tensor query, Tensor points, Tensor idx) -> (Tensor, Tensor)");
-  m.def("ball_query(Tensor query, Tensor points, float radius, int k, Tensor query_lengths, Tensor points_lengths, bool index_order=False) -> (Tensor, Tensor)");
-  m.def("knn_gather(Tensor x, Tensor idx) -> Tensor");
-  m.def("knn_gather_backward(Tensor grad, Tensor idx, int n) -> Tensor");
-  m.def("farthest_point_sample(Tensor points, int n_samples, Tensor lengths, Tensor start_index) -> Tensor");
-  m.def("pca_normals(Tensor points, Tensor idx) -> (Tensor, Tensor)");
+#include "generated_schemas.h"
 }

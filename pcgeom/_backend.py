@@ -1,11 +1,12 @@
-"""Loads pcgeom's native kernels, or defines the same ops in pure torch.
+"""Loads pcgeom's native kernels and says which path serves each device.
 
 Import never compiles anything.  The native library ``pcgeom._C`` (schemas + CPU
 kernels) and ``pcgeom._C_cuda`` (CUDA kernels) were built at install time; this
-module only loads them.  Whatever they do not provide -- everything when the
-build was skipped or ``PCGEOM_DISABLE_EXT=1`` is set, CUDA on a CPU-only build,
-any other device -- is served by the pure-torch reference in
-:mod:`pcgeom.ops.reference`, registered under the same schema.
+module only loads them (and reports on them: :func:`backend_info`).  Whatever they
+do not provide -- everything when the build was skipped or ``PCGEOM_DISABLE_EXT=1``
+is set, CUDA on a CPU-only build, any other device -- :mod:`pcgeom.ops` serves with
+the pure-torch references, registered under the same schemas from the op registry
+(:mod:`pcgeom.ops.registry`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ import warnings
 
 import torch
 
-from pcgeom._schema import SCHEMAS
-
 NAMESPACE = "pcgeom"
 
 _state = {
@@ -28,7 +27,6 @@ _state = {
     "load_error": None,
     "cuda_load_error": None,
 }
-_libraries = []  # keep torch.library.Library objects alive
 
 
 def _env_flag(name: str) -> bool:
@@ -61,38 +59,9 @@ def _load_native(module: str) -> str | None:
     return None
 
 
-def _has_kernel(name: str, key: str) -> bool:
+def has_kernel(name: str, key: str) -> bool:
+    """True when ``pcgeom::<name>`` has a kernel registered for dispatch key ``key`` (e.g. "CPU")."""
     return torch._C._dispatch_has_kernel_for_dispatch_key(f"{NAMESPACE}::{name}", key)
-
-
-def _define_schema() -> None:
-    """Defines the ops in Python when the native library did not."""
-    lib = torch.library.Library(NAMESPACE, "DEF")
-    for schema in SCHEMAS.values():
-        lib.define(schema)
-    _libraries.append(lib)
-
-
-def _register_reference() -> None:
-    # Imported only now: importing pcgeom.ops registers fake kernels and
-    # autograd, which needs the ops to be defined already.
-    from pcgeom.ops import reference
-
-    impls = {
-        "knn": reference.knn_reference,
-        "knn_backward": reference.knn_backward_reference,
-        "ball_query": reference.ball_query_reference,
-        "knn_gather": reference.knn_gather_reference,
-        "knn_gather_backward": reference.knn_gather_backward_reference,
-        "farthest_point_sample": reference.farthest_point_sample_reference,
-        "pca_normals": reference.pca_normals_reference,
-    }
-    lib = torch.library.Library(NAMESPACE, "IMPL")
-    # CompositeExplicitAutograd covers every backend without a kernel of its own
-    # (CUDA on a CPU-only build, MPS, XPU, ...); native CPU/CUDA kernels win where present.
-    for name, fn in impls.items():
-        lib.impl(name, fn, "CompositeExplicitAutograd")
-    _libraries.append(lib)
 
 
 def _initialise() -> None:
@@ -118,9 +87,6 @@ def _initialise() -> None:
                 _state["cuda_extension_loaded"] = True
             else:
                 _state["cuda_load_error"] = cuda_err
-    if not _state["extension_loaded"]:
-        _define_schema()
-    _register_reference()
 
 
 def build_info() -> dict:
@@ -157,9 +123,9 @@ def backend_info() -> dict:
     """
     devices = []
     if _state["extension_loaded"]:
-        if _has_kernel("knn", "CPU"):
+        if has_kernel("knn", "CPU"):
             devices.append("cpu")
-        if _has_kernel("knn", "CUDA"):
+        if has_kernel("knn", "CUDA"):
             devices.append("cuda")
     build = build_info()
     return {

@@ -65,10 +65,19 @@ TESTS=$WORK/tests
 rm -rf "$TESTS"
 cp -r "$REPO/tests" "$TESTS"
 find "$TESTS" -name __pycache__ -prune -exec rm -rf {} +
-OP_TESTS=()
-for t in test_knn.py test_farthest_point_sample.py test_ball_query.py test_knn_gather.py test_raw_ops.py; do
-  [[ -f $TESTS/$t ]] && OP_TESTS+=("$TESTS/$t")
-done
+# The op tests: every registry entry's test file (pcgeom/ops/registry.py, read by path) and the raw-op
+# bad-input table, selected with the same `ops` marker as scripts/test.sh's pure-torch run.
+mapfile -t OP_TESTS < <(python3 - "$REPO" "$TESTS" <<'EOF'
+import importlib.util, pathlib, sys
+repo, tests = map(pathlib.Path, sys.argv[1:3])
+spec = importlib.util.spec_from_file_location("registry", repo / "pcgeom" / "ops" / "registry.py")
+reg = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(reg)
+for name in dict.fromkeys([pathlib.Path(e.tests).name for e in reg.OPS] + ["test_raw_ops.py"]):
+    print(tests / name)
+EOF
+)
+for t in "${OP_TESTS[@]}"; do [[ -f $t ]] || { echo "ERROR: op test file $t (from the registry) not found" >&2; exit 1; }; done
 [[ ${#OP_TESTS[@]} -gt 0 ]] || { echo "ERROR: no op tests found in $REPO/tests" >&2; exit 1; }
 run_pytest() { (cd "$WORK" && "$PY" -m pytest -q -p no:cacheprovider --rootdir "$TESTS" "$@"); }
 
@@ -86,7 +95,7 @@ assert "cpu" in info["native_devices"], info
 EOF
 )
 step "op tests of the 2.13.0 binary on torch $TORCH_VERSION"
-run_pytest "${OP_TESTS[@]}"
+run_pytest -m ops "${OP_TESTS[@]}"
 
 # ------------------------------------------------------ 3. CUDA compile check
 SRC=$WORK/src
@@ -119,7 +128,7 @@ step "build done; checking the registered kernels"
 (cd "$WORK" && "$PY" - <<'EOF'
 import torch
 import pcgeom
-from pcgeom._schema import SCHEMAS
+from pcgeom.ops.registry import SCHEMAS
 
 info = pcgeom.backend_info()
 print({k: info[k] for k in ("extension_loaded", "cuda_extension_loaded", "native_devices", "built_with_torch", "cuda_load_error")})

@@ -17,21 +17,10 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(os.path.dirname(__
 # must not even import its conftest.py, which would shadow this module as `conftest` for `from conftest import ...`.
 collect_ignore = ["upstream/pyg"]
 
-# The op suite: run a second time on the pure-torch path (scripts/test.sh, -m ops).
-OP_TEST_FILES = {
-    "test_knn.py", "test_ball_query.py", "test_knn_gather.py", "test_farthest_point_sample.py",
-    "test_compile.py", "test_backend.py", "test_cpu_paths.py", "test_cuda.py",
-}
-
-
+# The op suite (`-m ops`: run a second time on the pure-torch path by scripts/test.sh) is marked in each
+# file by `pytestmark = pytest.mark.ops`; nothing here lists files.
 def pytest_configure(config):
     config.addinivalue_line("markers", "ops: the op suite, run on both the native and the pure-torch path")
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.path.name in OP_TEST_FILES:
-            item.add_marker(pytest.mark.ops)
 
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -4,6 +4,8 @@ is announced, import never compiles."""
 
 import json
 import os
+import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -12,9 +14,13 @@ import pytest
 import torch
 
 import pcgeom
-from pcgeom._schema import SCHEMAS
+from pcgeom.ops.registry import OPS, SCHEMAS
+
+pytestmark = pytest.mark.ops  # the op suite: also run on the pure-torch path
 
 INFO = pcgeom.backend_info()
+# The source tree; CI runs a copy of tests/ elsewhere and may point here explicitly.
+ROOT = pathlib.Path(os.environ.get("PCGEOM_SOURCE_ROOT", pathlib.Path(__file__).resolve().parents[1]))
 
 
 def test_backend_info_has_the_documented_keys():
@@ -28,11 +34,53 @@ def test_backend_info_has_the_documented_keys():
         assert INFO["native_devices"] == [] and INFO["load_error"]
 
 
-def test_native_schema_matches_python_schema():
+def test_registered_schemas_are_the_registry_s():
+    # Natively the schemas come from csrc/ops.cpp's generated block, else from pcgeom.ops: either way the registry's.
     for name, schema in SCHEMAS.items():
         op = getattr(torch.ops.pcgeom, name).default
         expected = torch._C.parse_schema(f"pcgeom::{schema}")
         assert str(op._schema) == str(expected)
+
+
+def test_every_registry_entry_points_at_real_files():
+    import importlib
+
+    for e in OPS:
+        module, function = e.reference.split(":")
+        assert callable(getattr(importlib.import_module(module), function)), e.reference
+        importlib.import_module(e.module)
+        test_file = ROOT / e.tests
+        assert test_file.is_file(), f"{e.name}: test file {e.tests} missing"
+        assert re.search(r"^pytestmark = .*pytest\.mark\.ops", test_file.read_text(), re.M), \
+            f"{e.tests} is not marked as part of the op suite (pytestmark = pytest.mark.ops)"
+        if (ROOT / "csrc").is_dir():
+            assert (ROOT / e.cpu_source).is_file(), f"{e.name}: no {e.cpu_source}"
+            assert re.search(rf'm\.impl\("{e.name}"', (ROOT / e.cpu_source).read_text()), \
+                f"{e.cpu_source} does not register pcgeom::{e.name}"
+
+
+def test_the_backend_loads_libraries_and_imports_no_op():
+    # _backend is the ground floor: pcgeom.ops imports it, never the other way round (no import cycle).
+    import ast
+
+    tree = ast.parse((ROOT / "pcgeom" / "_backend.py").read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not any(m.startswith("pcgeom") for m in imported), imported
+
+
+def test_generated_schema_header_is_the_registry_s():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_config", ROOT / "csrc" / "build_config.py")
+    if spec is None or not (ROOT / "csrc").is_dir():
+        pytest.skip("source tree not found")
+    build_config = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build_config)
+    reg = build_config.registry()
+    assert reg.SCHEMAS == SCHEMAS  # the by-path load sees the same table as the package
+    text = reg.cpp_schema_definitions()
+    assert text.count("m.def(") == len(OPS) and all(f'm.def("{s}");' in text for s in SCHEMAS.values())
 
 
 def _native_library():

@@ -9,6 +9,8 @@ from pcgeom.ops import reference
 from conftest import lattice_cloud, random_cloud
 from oracle import assert_knn_close, knn_oracle
 
+pytestmark = pytest.mark.ops  # the op suite: also run on the pure-torch path
+
 
 @pytest.mark.parametrize("radius,k", [(0.1, 8), (0.3, 32), (0.0, 4), (10.0, 5)])
 def test_matches_bruteforce(device, radius, k):

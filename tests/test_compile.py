@@ -7,6 +7,8 @@ import torch
 import pcgeom
 from conftest import random_cloud
 
+pytestmark = pytest.mark.ops  # the op suite: also run on the pure-torch path
+
 
 def _pipeline(points):
     centers_idx = pcgeom.farthest_point_sample(points, 8)

@@ -40,9 +40,9 @@ import pcgeom
 from pcgeom.ops import reference
 from conftest import clustered_cloud, lattice_cloud, random_cloud, surface_cloud
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.ops, pytest.mark.skipif(
     not pcgeom.backend_info()["extension_loaded"], reason="tests the native CPU kernels"
-)
+)]
 
 
 def _bits(t):

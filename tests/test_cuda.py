@@ -25,22 +25,17 @@ import torch
 
 import pcgeom
 from conftest import clustered_cloud, lattice_cloud, random_cloud, surface_cloud
-from pcgeom._schema import SCHEMAS
+from pcgeom.ops.registry import OPS, SCHEMAS
 from pcgeom.ops import reference
+
+pytestmark = pytest.mark.ops  # the op suite: also run on the pure-torch path
 
 # The source tree; CI runs a copy of tests/ elsewhere and points here explicitly.
 ROOT = pathlib.Path(os.environ.get("PCGEOM_SOURCE_ROOT", pathlib.Path(__file__).resolve().parents[1]))
 CSRC = ROOT / "csrc"
 
-CUDA_SOURCES = {
-    "knn": "knn/knn_cuda.cu",
-    "knn_backward": "knn/knn_cuda.cu",
-    "ball_query": "ball_query/ball_query_cuda.cu",
-    "knn_gather": "knn_gather/knn_gather_cuda.cu",
-    "knn_gather_backward": "knn_gather/knn_gather_cuda.cu",
-    "farthest_point_sample": "farthest_point_sample/farthest_point_sample_cuda.cu",
-    "pca_normals": "pca_normals/pca_normals_cuda.cu",
-}
+# Where each op's CUDA kernel is registered, from the op registry (pcgeom/ops/registry.py).
+CUDA_SOURCES = {e.name: e.cuda_source.removeprefix("csrc/") for e in OPS}
 
 needs_sources = pytest.mark.skipif(not CSRC.is_dir(), reason=f"source tree not found at {ROOT}")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -51,11 +46,14 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 @needs_sources
 def test_every_op_has_a_cuda_kernel_source():
-    assert set(CUDA_SOURCES) == set(SCHEMAS), "an op was added without a CUDA kernel (or vice versa)"
     for op, rel in CUDA_SOURCES.items():
+        assert (CSRC / rel).is_file(), f"registry entry {op!r}: no CUDA kernel source {rel}"
         text = (CSRC / rel).read_text()
         assert "STABLE_TORCH_LIBRARY_IMPL(pcgeom, CUDA" in text, f"{rel} does not register CUDA kernels"
         assert re.search(rf'm\.impl\("{op}"', text), f"{rel} does not register pcgeom::{op}"
+    # ...and no CUDA kernel is registered for an op the registry does not know.
+    registered = {m for cu in CSRC.glob("*/*_cuda.cu") for m in re.findall(r'm\.impl\("(\w+)"', cu.read_text())}
+    assert registered <= set(SCHEMAS), f"CUDA kernels for ops missing from pcgeom/ops/registry.py: {registered - set(SCHEMAS)}"
 
 
 @needs_sources
@@ -73,8 +71,10 @@ def test_cuda_sources_stay_on_the_stable_abi():
 def test_cuda_build_forbids_fma_contraction():
     # Fused multiply-adds would change the distance bits, and with them the
     # neighbour order on near-ties: the CUDA answers would stop matching the CPU.
-    setup = (ROOT / "setup.py").read_text()
-    assert "--fmad=false" in setup
+    # The flags live in csrc/build_config.py, which setup.py loads.
+    config = (CSRC / "build_config.py").read_text()
+    assert '"--fmad=false"' in config and '"-ffp-contract=off"' in config
+    assert "BUILD.nvcc_flags()" in (ROOT / "setup.py").read_text()
     for f in sorted(CSRC.glob("*/*_cuda.cu")):
         assert "fma(" not in f.read_text(), f"{f.name} calls fma explicitly"
 

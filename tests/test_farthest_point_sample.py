@@ -9,6 +9,8 @@ from pcgeom.ops import reference
 from conftest import clustered_cloud, lattice_cloud, random_cloud, surface_cloud
 from oracle import fps_oracle
 
+pytestmark = pytest.mark.ops  # the op suite: also run on the pure-torch path
+
 
 @pytest.mark.parametrize("B,N,D,S", [(1, 1, 3, 1), (2, 7, 3, 7), (3, 50, 3, 12), (2, 100, 2, 30), (2, 64, 8, 64), (1, 300, 3, 50)])
 def test_matches_oracle_float64(device, B, N, D, S):

@@ -10,6 +10,8 @@ from pcgeom.ops import reference
 from conftest import lattice_cloud, random_cloud
 from oracle import assert_knn_close, knn_oracle
 
+pytestmark = pytest.mark.ops  # the op suite: also run on the pure-torch path
+
 NATIVE = pcgeom.backend_info()["extension_loaded"]
 
 SHAPES = [  # B, M, N, D, k

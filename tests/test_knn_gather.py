@@ -7,6 +7,8 @@ import pcgeom
 from pcgeom.ops import reference
 from conftest import random_cloud
 
+pytestmark = pytest.mark.ops  # the op suite: also run on the pure-torch path
+
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
 def test_gathers_and_pads_with_zeros(device, dtype):

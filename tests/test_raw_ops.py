@@ -32,7 +32,7 @@ import torch
 
 import pcgeom  # noqa: F401  (defines torch.ops.pcgeom.*)
 from pcgeom._backend import backend_info
-from pcgeom._schema import SCHEMAS
+from pcgeom.ops.registry import SCHEMAS
 
 pytestmark = pytest.mark.ops
 

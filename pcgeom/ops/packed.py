@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import torch
 
-import pcgeom._backend  # noqa: F401  (defines torch.ops.pcgeom.*)
 from pcgeom import _validation as V
 
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)

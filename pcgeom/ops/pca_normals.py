@@ -6,7 +6,6 @@ from typing import NamedTuple
 
 import torch
 
-import pcgeom._backend  # noqa: F401  (defines torch.ops.pcgeom.*)
 from pcgeom import _validation as V
 from pcgeom.ops.reference import _pca_neighbourhoods, acc_dtype
 

@@ -28,10 +28,12 @@ import sysconfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OUT = ROOT / "build" / "asan"
-# Keep in step with setup.py (same ABI target, same numerics).
-FLAGS = ["-std=c++17", "-O1", "-g", "-fPIC", "-ffp-contract=off", "-pthread",
-         "-fsanitize=address", "-fno-omit-frame-pointer",
-         "-DTORCH_TARGET_VERSION=0x020a000000000000", "-DPy_LIMITED_API=0x030A0000"]
+sys.path.insert(0, str(ROOT / "csrc"))
+import build_config  # noqa: E402  (the flags and schemas setup.py uses)
+
+# setup.py's ABI target and numerics; -O1 -g and the sanitizer instead of -O3.
+FLAGS = ["-std=c++17", "-O1", "-g", "-fPIC", *build_config.NUMERICS, "-pthread",
+         "-fsanitize=address", "-fno-omit-frame-pointer", *build_config.define_flags()]
 
 
 def _stamp(src: pathlib.Path, flags: list) -> str:
@@ -49,6 +51,7 @@ def main(argv=None) -> pathlib.Path:
     from torch.utils.cpp_extension import include_paths, library_paths
 
     OUT.mkdir(parents=True, exist_ok=True)
+    build_config.write_schema_header()
     sources = [ROOT / "csrc" / "ops.cpp", *sorted((ROOT / "csrc").glob("*/*_cpu.cpp"))]
     inc = [f"-I{ROOT / 'csrc'}", f"-I{sysconfig.get_paths()['include']}"]
     inc += [f"-I{p}" for p in include_paths()]

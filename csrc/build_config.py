@@ -1,0 +1,61 @@
+"""How pcgeom's kernels are compiled: the one copy of the flags and the generated schema header.
+
+``setup.py`` (the real build), ``scripts/asan/build.py`` (AddressSanitizer build of the
+CPU kernels) and ``scripts/cuda_emu/build.py`` (the CUDA kernels compiled for the CPU
+emulator) all load this file by path, so the three builds cannot drift apart: same
+ABI target, same numerics flags, same op schemas.  It imports only the standard
+library.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pathlib
+
+CSRC = pathlib.Path(__file__).resolve().parent
+ROOT = CSRC.parent
+
+# 2.10 is the first torch whose stable ABI has everything the kernels use.
+TORCH_TARGET_VERSION = "0x020a000000000000"
+PY_LIMITED_API = "0x030A0000"  # CPython 3.10 -> wheel tag cp310-abi3
+
+# -ffp-contract=off: distances must be bit-identical to the reference path, so the
+# compiler may not fuse a*a+b into an FMA (nvcc: --fmad=false for the same reason).
+NUMERICS = ["-ffp-contract=off"]
+CXX_FLAGS = ["-O3", "-std=c++17", *NUMERICS, "-fvisibility=hidden"]
+CXX_FLAGS_MSVC = ["/O2", "/std:c++17", "/fp:precise"]
+DEFINES = [("TORCH_TARGET_VERSION", TORCH_TARGET_VERSION), ("Py_LIMITED_API", PY_LIMITED_API)]
+
+# The header csrc/ops.cpp includes inside its STABLE_TORCH_LIBRARY block (git-ignored).
+SCHEMA_HEADER = CSRC / "generated_schemas.h"
+
+
+def define_flags() -> list[str]:
+    """``DEFINES`` as ``-DNAME=VALUE`` compiler flags (for the scripts that call g++ directly)."""
+    return [f"-D{name}={value}" for name, value in DEFINES]
+
+
+def nvcc_flags(threads: int | None = None) -> list[str]:
+    # --threads: one file (knn) dominates the build; compile its architectures in parallel.
+    threads = threads or int(os.environ.get("PCGEOM_NVCC_THREADS", "2"))
+    return ["-O3", "--fmad=false", "-std=c++17", "-DUSE_CUDA=1",
+            f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}", f"--threads={threads}"]
+
+
+def registry():
+    """``pcgeom/ops/registry.py``, loaded by path (importing ``pcgeom`` would load torch and the old build)."""
+    path = ROOT / "pcgeom" / "ops" / "registry.py"
+    spec = importlib.util.spec_from_file_location("pcgeom_op_registry", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_schema_header(path: pathlib.Path = SCHEMA_HEADER) -> pathlib.Path:
+    """Writes the ``m.def`` lines of every registered op; untouched when unchanged (no needless rebuild)."""
+    text = ("// generated from pcgeom/ops/registry.py by csrc/build_config.py: do not edit, do not commit\n"
+            + registry().cpp_schema_definitions("m") + "\n")
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return path
