@@ -1,0 +1,173 @@
+"""``pcgeom.onnx``: export models built on pcgeom to standard ONNX (opset 18).
+
+One call::
+
+    import pcgeom.onnx
+    program = pcgeom.onnx.export(model, (points,), "model.onnx")
+
+runs ``torch.onnx.export(..., dynamo=True)`` with a translation for every op
+of the ``pcgeom`` torch library (:func:`translation_table`), opset
+:data:`OPSET`, and the batch and point-count axes of the inputs dynamic.  The
+file holds standard ONNX operators only (no custom domain), so it runs on any
+runtime; onnxruntime returns the same indices and the same distances as pcgeom
+in PyTorch (docs/guides/deploying-onnx.md says what is exact, what is not
+exportable and the memory limits of the brute-force searches).
+
+Needs the ``onnx`` extra: ``pip install "pcgeom[onnx]"`` (onnx, onnxscript,
+onnxruntime).  They are imported on first use, not with ``pcgeom``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import warnings
+
+import torch
+
+__all__ = ["OPSET", "ExportError", "export", "translation_table", "require"]
+
+#: The one ONNX opset every exported file uses (default domain only).
+OPSET = 18
+
+_INSTALL_HINT = 'pcgeom.onnx needs onnx, onnxscript and onnxruntime: pip install "pcgeom[onnx]"'
+
+
+def require(module: str):
+    """Imports an optional dependency of pcgeom.onnx, or raises ImportError with the install hint."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(f"{_INSTALL_HINT} (could not import {module}: {exc})") from exc
+
+
+def _translations():
+    require("onnx")
+    require("onnxscript")
+    from pcgeom.onnx import translations
+
+    return translations
+
+
+class ExportError(RuntimeError):
+    """An op or mode that cannot be expressed in standard ONNX; raised at export time.
+
+    The message names the op, the argument and what to do instead.
+    """
+
+
+def translation_table() -> dict:
+    """``{torch.ops.pcgeom.<op>.default: translation}`` for ``torch.onnx.export(custom_translation_table=...)``.
+
+    For users who call ``torch.onnx.export(model, args, dynamo=True,
+    custom_translation_table=pcgeom.onnx.translation_table(), opset_version=18)``
+    themselves.  Covers every op of the ``pcgeom`` torch library that a
+    forward can call (``knn``, ``ball_query``, ``knn_gather``,
+    ``farthest_point_sample``, ``pca_normals`` -- the last one raises
+    :class:`ExportError`: see the guide).
+    """
+    import pcgeom._backend  # noqa: F401  (defines torch.ops.pcgeom.*)
+
+    tr = _translations()
+    return {getattr(torch.ops.pcgeom, name).default: fn for name, fn in tr.TRANSLATIONS.items()}
+
+
+def _default_dynamic_shapes(model, args, kwargs):
+    """Dynamic batch (dim 0) and point-count (dim 1) axes for every tensor input of rank >= 2; rank 1: dim 0.
+
+    ``Dim.AUTO`` lets torch.export keep an axis static where the model
+    requires it (a reshape to a fixed size); :func:`export` warns about those.
+    """
+    auto = torch.export.Dim.AUTO
+
+    def spec(x):
+        if not isinstance(x, torch.Tensor) or x.dim() == 0:
+            return None
+        return {a: auto for a in range(min(x.dim(), 2))}
+
+    specs = [torch.utils._pytree.tree_map(spec, a) for a in args]
+    if kwargs:
+        fwd = model.forward if isinstance(model, torch.nn.Module) else model
+        order = [n for n in inspect.signature(fwd).parameters if n in kwargs]
+        specs += [torch.utils._pytree.tree_map(spec, kwargs[n]) for n in order]
+    return tuple(specs)
+
+
+def _static_axes_warning(program, args) -> None:
+    flat = [a for a in torch.utils._pytree.tree_leaves(args) if isinstance(a, torch.Tensor)]
+    for value, x in zip(program.model.graph.inputs, flat):
+        shape = value.shape
+        if shape is None:
+            continue
+        for a in range(min(x.dim(), 2)):
+            if isinstance(shape[a], int):
+                warnings.warn(
+                    f"pcgeom.onnx.export: input {value.name!r} axis {a} was exported static (size {shape[a]}): "
+                    f"the model (or a size-0/1 example) fixed it; the file only accepts that size there. "
+                    f"Export with sizes >= 2, or pass dynamic_shapes= yourself",
+                    stacklevel=3,
+                )
+
+
+def export(model, args, f=None, *, kwargs=None, dynamic_shapes=None, opset_version: int = OPSET,
+           **torch_onnx_kwargs):
+    """Exports ``model(*args)`` to standard ONNX with pcgeom's ops translated.
+
+    Args:
+        model: a ``torch.nn.Module`` (or ``torch.export.ExportedProgram``).
+        args: tuple of example inputs (sizes >= 2 on the dynamic axes: torch.export
+            fixes axes of size 0 or 1).
+        f: optional path; the file is written there (``None``: not saved).
+        kwargs: optional keyword inputs of ``model``.
+        dynamic_shapes: ``None`` (default): every tensor input's dim 0 (batch)
+            and dim 1 (points) are dynamic (``torch.export.Dim.AUTO``), the rest
+            static.  Pass your own spec (``torch.export.Dim`` objects, as for
+            ``torch.onnx.export``) to choose, or ``False`` to make every axis
+            static.
+        opset_version: ONNX opset, :data:`OPSET` (18) by default; the
+            translations use opset-18 operators.
+        **torch_onnx_kwargs: passed to ``torch.onnx.export`` (``input_names``,
+            ``output_names``, ``optimize``, ``external_data``, ...).  A
+            ``custom_translation_table`` given here is merged over pcgeom's.
+
+    Returns:
+        The ``torch.onnx.ONNXProgram`` (``.model_proto``, ``.save(path)``,
+        ``program(*inputs)`` runs it in onnxruntime).
+
+    Raises:
+        ImportError: onnx / onnxscript / onnxruntime missing (with the install hint).
+        ExportError: an op or mode without an exact standard-ONNX form
+            (``pca_normals``, a dynamic coordinate axis, ...); the message names
+            the op, the argument and what to do instead.
+
+    Memory of the exported searches: brute force, ``O(B*M*(N+k))`` -- about
+    14 bytes per query-point pair in float32; see docs/guides/deploying-onnx.md.
+    """
+    require("onnx")
+    require("onnxscript")
+    table = translation_table()
+    table.update(torch_onnx_kwargs.pop("custom_translation_table", None) or {})
+    args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+    if dynamic_shapes is None:
+        dynamic_shapes = _default_dynamic_shapes(model, args, kwargs)
+        check_static = True
+    else:
+        check_static = False
+        if dynamic_shapes is False:
+            dynamic_shapes = None
+    torch_onnx_kwargs.setdefault("verbose", False)
+    try:
+        program = torch.onnx.export(
+            model, args, f, kwargs=kwargs, dynamo=True, custom_translation_table=table,
+            dynamic_shapes=dynamic_shapes, opset_version=opset_version, **torch_onnx_kwargs,
+        )
+    except Exception as exc:
+        cause = exc
+        while cause is not None:
+            if isinstance(cause, ExportError):
+                raise ExportError(str(cause)) from exc
+            cause = cause.__cause__ or cause.__context__
+        raise
+    if check_static and isinstance(model, torch.nn.Module):
+        _static_axes_warning(program, args + tuple((kwargs or {}).values()))
+    return program
