@@ -64,16 +64,28 @@ def translation_table() -> dict:
     themselves.  Covers every op of the ``pcgeom`` torch library that a
     forward can call (``knn``, ``ball_query``, ``knn_gather``,
     ``farthest_point_sample``, ``pca_normals`` -- the last one raises
-    :class:`ExportError`: see the guide).
+    :class:`ExportError`: see the guide), plus ``aten.searchsorted`` (used by
+    the packed layout; torch's exporter has no translation for it).
     """
     import pcgeom._backend  # noqa: F401  (defines torch.ops.pcgeom.*)
 
     tr = _translations()
-    return {getattr(torch.ops.pcgeom, name).default: fn for name, fn in tr.TRANSLATIONS.items()}
+    table = {getattr(torch.ops.pcgeom, name).default: fn for name, fn in tr.TRANSLATIONS.items()}
+    for name, fn in tr.ATEN_TRANSLATIONS.items():
+        packet, overload = name.split(".")
+        table[getattr(getattr(torch.ops.aten, packet), overload)] = fn
+    return table
+
+
+def _n_dynamic(x: torch.Tensor) -> int:
+    return 2 if x.dim() >= 3 else min(x.dim(), 1)
 
 
 def _default_dynamic_shapes(model, args, kwargs):
-    """Dynamic batch (dim 0) and point-count (dim 1) axes for every tensor input of rank >= 2; rank 1: dim 0.
+    """Dynamic batch and point-count axes: dims 0 and 1 of inputs of rank >= 3 (``(B, N, D)``), dim 0 otherwise.
+
+    Rank 2 is the packed layout ``(N_total, D)`` (or ``(B, C)``), rank 1 the
+    lengths / offsets ``(B,)``; the last axis (coordinates, channels) stays static.
 
     ``Dim.AUTO`` lets torch.export keep an axis static where the model
     requires it (a reshape to a fixed size); :func:`export` warns about those.
@@ -83,12 +95,16 @@ def _default_dynamic_shapes(model, args, kwargs):
     def spec(x):
         if not isinstance(x, torch.Tensor) or x.dim() == 0:
             return None
-        return {a: auto for a in range(min(x.dim(), 2))}
+        return {a: auto for a in range(_n_dynamic(x))}
 
     specs = [torch.utils._pytree.tree_map(spec, a) for a in args]
+    fwd = model.forward if isinstance(model, torch.nn.Module) else model
+    params = list(inspect.signature(fwd).parameters.values())
+    star = [i for i, p in enumerate(params) if p.kind == inspect.Parameter.VAR_POSITIONAL]
+    if star:  # torch.export sees ``forward(self, *xs)``'s inputs as one tuple
+        specs = specs[:star[0]] + [tuple(specs[star[0]:])]
     if kwargs:
-        fwd = model.forward if isinstance(model, torch.nn.Module) else model
-        order = [n for n in inspect.signature(fwd).parameters if n in kwargs]
+        order = [p.name for p in params if p.name in kwargs]
         specs += [torch.utils._pytree.tree_map(spec, kwargs[n]) for n in order]
     return tuple(specs)
 
@@ -99,7 +115,7 @@ def _static_axes_warning(program, args) -> None:
         shape = value.shape
         if shape is None:
             continue
-        for a in range(min(x.dim(), 2)):
+        for a in range(_n_dynamic(x)):
             if isinstance(shape[a], int):
                 warnings.warn(
                     f"pcgeom.onnx.export: input {value.name!r} axis {a} was exported static (size {shape[a]}): "

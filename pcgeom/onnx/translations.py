@@ -257,6 +257,30 @@ def pca_normals_translation(points, idx):
     )
 
 
+def searchsorted_translation(sorted_sequence, self, *, out_int32: bool = False, right: bool = False,
+                             side=None, sorter=None):
+    """``aten::searchsorted`` (torchlib has none): the packed layout maps offsets to clouds with it.
+
+    A comparison count, exact for sorted inputs: ``right`` counts
+    ``sequence <= value``, else ``sequence < value``; O(len(values) *
+    len(sequence)) memory, fine for offsets (one entry per cloud).
+    """
+    if sorter is not None:
+        raise ExportError("pcgeom.onnx: searchsorted: the sorter argument is not supported; sort the sequence first")
+    if side is not None:
+        right = side == "right"
+    cmp = op.LessOrEqual if right else op.Less
+    seq = op.Unsqueeze(sorted_sequence, [-2])  # (..., 1, L)
+    val = op.Unsqueeze(self, [-1])  # (..., n, 1)
+    count = op.ReduceSum(op.Cast(cmp(seq, val), to=_INT64), [-1], keepdims=0)
+    return op.Cast(count, to=ir.DataType.INT32) if out_int32 else count
+
+
+#: aten ops that pcgeom's Python code calls and torchlib does not translate.
+ATEN_TRANSLATIONS = {
+    "searchsorted.Tensor": searchsorted_translation,
+}
+
 #: op name -> translation; the op registry names these as each op's export translation.
 TRANSLATIONS = {
     "knn": knn_translation,
