@@ -125,6 +125,29 @@ def _static_axes_warning(program, args) -> None:
                 )
 
 
+# pcgeom functions whose eager value checks branch on tensor values, which
+# torch.export cannot trace: (file, function) -> what to tell the user.
+_DATA_DEPENDENT = {
+    ("graph.py", "batch_to_offsets"): (
+        "pcgeom.onnx: knn_graph / radius_graph / edge_features with batch= cannot be exported: the batch "
+        "vector's values are checked in Python (sorted, >= 0), a branch on data that torch.export cannot "
+        "trace; export with batch=None (one cloud per call), or pass the clouds packed and search with "
+        "pcgeom.knn(x, x, k, query_offsets=offsets, points_offsets=offsets), which exports"
+    ),
+}
+
+
+def _known_trace_failure(exc: BaseException):
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        for (file, func), hint in _DATA_DEPENDENT.items():
+            if code.co_name == func and code.co_filename.replace("\\", "/").endswith("pcgeom/" + file):
+                return hint
+        tb = tb.tb_next
+    return None
+
+
 def export(model, args, f=None, *, kwargs=None, dynamic_shapes=None, opset_version: int = OPSET,
            **torch_onnx_kwargs):
     """Exports ``model(*args)`` to standard ONNX with pcgeom's ops translated.
@@ -182,6 +205,9 @@ def export(model, args, f=None, *, kwargs=None, dynamic_shapes=None, opset_versi
         while cause is not None:
             if isinstance(cause, ExportError):
                 raise ExportError(str(cause)) from exc
+            hint = _known_trace_failure(cause)
+            if hint:
+                raise ExportError(hint) from exc
             cause = cause.__cause__ or cause.__context__
         raise
     if check_static and isinstance(model, torch.nn.Module):
