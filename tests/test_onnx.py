@@ -53,11 +53,16 @@ def _export(fn, *example):
 
 
 def _lattice(g, shape, dtype, nan=True):
-    """Points on a 0.25 lattice (many exact ties and duplicates), with a NaN and an +inf coordinate."""
+    """Points on a 0.25 lattice (many exact ties and duplicates), with NaN and +inf coordinates.
+
+    Cloud 0: a NaN point at index 0 before an +inf point at index 1 (the order
+    must put +inf first); the last cloud: a NaN in its last point.
+    """
     p = (torch.randint(0, 3, shape, generator=g) * 0.25).to(dtype)
     if nan and shape[1] > 1:
         p[0, 0, 0] = float("nan")
-        p[-1, shape[1] - 1, 1] = float("inf")
+        p[0, 1, 1] = float("inf")
+        p[-1, shape[1] - 1, 2] = float("nan")
     return p
 
 
