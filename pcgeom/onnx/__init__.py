@@ -180,7 +180,7 @@ def export(model, args, f=None, *, kwargs=None, dynamic_shapes=None, opset_versi
             the op, the argument and what to do instead.
 
     Memory of the exported searches: brute force, ``O(B*M*(N+k))`` -- about
-    14 bytes per query-point pair in float32; see docs/guides/deploying-onnx.md.
+    20 bytes per query-point pair in float32 (1 GB at 5e7 pairs); see docs/guides/deploying-onnx.md.
     """
     require("onnx")
     require("onnxscript")

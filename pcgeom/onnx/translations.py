@@ -25,11 +25,11 @@ The rules that make pcgeom's answers exact are kept, op by op:
   for chosen points, NaN and ties (first maximum of ``ArgMax``).
 
 Memory: the searches are brute force, an ``(B, M, N + k)`` distance tensor plus
-a few masks of the same shape -- about ``B*M*(N+k)*14`` bytes in float32 (more
-in float64).  That is 0.5 GB at ``B*M*N = 4e7`` (Point-MAE pretraining:
-``32 * 64 * 1024`` = 2e6, fine); beyond about 1e8 query-point pairs per call
-chunk the batch, or use pcgeom in PyTorch, whose kernels never allocate
-``M x N``.
+two sort keys and a few masks of the same shape -- about 20 bytes per
+query-point pair in float32 (about 28 in float64).  Point-MAE's grouping
+(``32 * 64 * 1024`` = 2e6 pairs) needs ~40 MB; at 5e7 pairs (1 GB) it stops
+being sensible: chunk the queries, or keep the search in PyTorch, whose
+kernels never allocate ``M x N``.
 """
 
 from __future__ import annotations
