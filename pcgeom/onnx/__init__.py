@@ -1,0 +1,215 @@
+"""``pcgeom.onnx``: export models built on pcgeom to standard ONNX (opset 18).
+
+One call::
+
+    import pcgeom.onnx
+    program = pcgeom.onnx.export(model, (points,), "model.onnx")
+
+runs ``torch.onnx.export(..., dynamo=True)`` with a translation for every op
+of the ``pcgeom`` torch library (:func:`translation_table`), opset
+:data:`OPSET`, and the batch and point-count axes of the inputs dynamic.  The
+file holds standard ONNX operators only (no custom domain), so it runs on any
+runtime; onnxruntime returns the same indices and the same distances as pcgeom
+in PyTorch (docs/guides/deploying-onnx.md says what is exact, what is not
+exportable and the memory limits of the brute-force searches).
+
+Needs the ``onnx`` extra: ``pip install "pcgeom[onnx]"`` (onnx, onnxscript,
+onnxruntime).  They are imported on first use, not with ``pcgeom``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import warnings
+
+import torch
+
+__all__ = ["OPSET", "ExportError", "export", "translation_table", "require"]
+
+#: The one ONNX opset every exported file uses (default domain only).
+OPSET = 18
+
+_INSTALL_HINT = 'pcgeom.onnx needs onnx, onnxscript and onnxruntime: pip install "pcgeom[onnx]"'
+
+
+def require(module: str):
+    """Imports an optional dependency of pcgeom.onnx, or raises ImportError with the install hint."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(f"{_INSTALL_HINT} (could not import {module}: {exc})") from exc
+
+
+def _translations():
+    require("onnx")
+    require("onnxscript")
+    from pcgeom.onnx import translations
+
+    return translations
+
+
+class ExportError(RuntimeError):
+    """An op or mode that cannot be expressed in standard ONNX; raised at export time.
+
+    The message names the op, the argument and what to do instead.
+    """
+
+
+def translation_table() -> dict:
+    """``{torch.ops.pcgeom.<op>.default: translation}`` for ``torch.onnx.export(custom_translation_table=...)``.
+
+    For users who call ``torch.onnx.export(model, args, dynamo=True,
+    custom_translation_table=pcgeom.onnx.translation_table(), opset_version=18)``
+    themselves.  Covers every op of the ``pcgeom`` torch library that a
+    forward can call (``knn``, ``ball_query``, ``knn_gather``,
+    ``farthest_point_sample``, ``pca_normals`` -- the last one raises
+    :class:`ExportError`: see the guide), plus ``aten.searchsorted`` (used by
+    the packed layout; torch's exporter has no translation for it).
+    """
+    import pcgeom._backend  # noqa: F401  (defines torch.ops.pcgeom.*)
+
+    tr = _translations()
+    table = {getattr(torch.ops.pcgeom, name).default: fn for name, fn in tr.TRANSLATIONS.items()}
+    for name, fn in tr.ATEN_TRANSLATIONS.items():
+        packet, overload = name.split(".")
+        table[getattr(getattr(torch.ops.aten, packet), overload)] = fn
+    return table
+
+
+def _n_dynamic(x: torch.Tensor) -> int:
+    return 2 if x.dim() >= 3 else min(x.dim(), 1)
+
+
+def _default_dynamic_shapes(model, args, kwargs):
+    """Dynamic batch and point-count axes: dims 0 and 1 of inputs of rank >= 3 (``(B, N, D)``), dim 0 otherwise.
+
+    Rank 2 is the packed layout ``(N_total, D)`` (or ``(B, C)``), rank 1 the
+    lengths / offsets ``(B,)``; the last axis (coordinates, channels) stays static.
+
+    ``Dim.AUTO`` lets torch.export keep an axis static where the model
+    requires it (a reshape to a fixed size); :func:`export` warns about those.
+    """
+    auto = torch.export.Dim.AUTO
+
+    def spec(x):
+        if not isinstance(x, torch.Tensor) or x.dim() == 0:
+            return None
+        return {a: auto for a in range(_n_dynamic(x))}
+
+    specs = [torch.utils._pytree.tree_map(spec, a) for a in args]
+    fwd = model.forward if isinstance(model, torch.nn.Module) else model
+    params = list(inspect.signature(fwd).parameters.values())
+    star = [i for i, p in enumerate(params) if p.kind == inspect.Parameter.VAR_POSITIONAL]
+    if star:  # torch.export sees ``forward(self, *xs)``'s inputs as one tuple
+        specs = specs[:star[0]] + [tuple(specs[star[0]:])]
+    if kwargs:
+        order = [p.name for p in params if p.name in kwargs]
+        specs += [torch.utils._pytree.tree_map(spec, kwargs[n]) for n in order]
+    return tuple(specs)
+
+
+def _static_axes_warning(program, args) -> None:
+    flat = [a for a in torch.utils._pytree.tree_leaves(args) if isinstance(a, torch.Tensor)]
+    for value, x in zip(program.model.graph.inputs, flat):
+        shape = value.shape
+        if shape is None:
+            continue
+        for a in range(_n_dynamic(x)):
+            if isinstance(shape[a], int):
+                warnings.warn(
+                    f"pcgeom.onnx.export: input {value.name!r} axis {a} was exported static (size {shape[a]}): "
+                    f"the model (or a size-0/1 example) fixed it; the file only accepts that size there. "
+                    f"Export with sizes >= 2, or pass dynamic_shapes= yourself",
+                    stacklevel=3,
+                )
+
+
+# pcgeom functions whose eager value checks branch on tensor values, which
+# torch.export cannot trace: (file, function) -> what to tell the user.
+_DATA_DEPENDENT = {
+    ("graph.py", "batch_to_offsets"): (
+        "pcgeom.onnx: knn_graph / radius_graph / edge_features with batch= cannot be exported: the batch "
+        "vector's values are checked in Python (sorted, >= 0), a branch on data that torch.export cannot "
+        "trace; export with batch=None (one cloud per call), or pass the clouds packed and search with "
+        "pcgeom.knn(x, x, k, query_offsets=offsets, points_offsets=offsets), which exports"
+    ),
+}
+
+
+def _known_trace_failure(exc: BaseException):
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        for (file, func), hint in _DATA_DEPENDENT.items():
+            if code.co_name == func and code.co_filename.replace("\\", "/").endswith("pcgeom/" + file):
+                return hint
+        tb = tb.tb_next
+    return None
+
+
+def export(model, args, f=None, *, kwargs=None, dynamic_shapes=None, opset_version: int = OPSET,
+           **torch_onnx_kwargs):
+    """Exports ``model(*args)`` to standard ONNX with pcgeom's ops translated.
+
+    Args:
+        model: a ``torch.nn.Module`` (or ``torch.export.ExportedProgram``).
+        args: tuple of example inputs (sizes >= 2 on the dynamic axes: torch.export
+            fixes axes of size 0 or 1).
+        f: optional path; the file is written there (``None``: not saved).
+        kwargs: optional keyword inputs of ``model``.
+        dynamic_shapes: ``None`` (default): every tensor input's dim 0 (batch)
+            and dim 1 (points) are dynamic (``torch.export.Dim.AUTO``), the rest
+            static.  Pass your own spec (``torch.export.Dim`` objects, as for
+            ``torch.onnx.export``) to choose, or ``False`` to make every axis
+            static.
+        opset_version: ONNX opset, :data:`OPSET` (18) by default; the
+            translations use opset-18 operators.
+        **torch_onnx_kwargs: passed to ``torch.onnx.export`` (``input_names``,
+            ``output_names``, ``optimize``, ``external_data``, ...).  A
+            ``custom_translation_table`` given here is merged over pcgeom's.
+
+    Returns:
+        The ``torch.onnx.ONNXProgram`` (``.model_proto``, ``.save(path)``,
+        ``program(*inputs)`` runs it in onnxruntime).
+
+    Raises:
+        ImportError: onnx / onnxscript / onnxruntime missing (with the install hint).
+        ExportError: an op or mode without an exact standard-ONNX form
+            (``pca_normals``, a dynamic coordinate axis, ...); the message names
+            the op, the argument and what to do instead.
+
+    Memory of the exported searches: brute force, ``O(B*M*(N+k))`` -- about
+    20 bytes per query-point pair in float32 (1 GB at 5e7 pairs); see docs/guides/deploying-onnx.md.
+    """
+    require("onnx")
+    require("onnxscript")
+    table = translation_table()
+    table.update(torch_onnx_kwargs.pop("custom_translation_table", None) or {})
+    args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+    if dynamic_shapes is None:
+        dynamic_shapes = _default_dynamic_shapes(model, args, kwargs)
+        check_static = True
+    else:
+        check_static = False
+        if dynamic_shapes is False:
+            dynamic_shapes = None
+    torch_onnx_kwargs.setdefault("verbose", False)
+    try:
+        program = torch.onnx.export(
+            model, args, f, kwargs=kwargs, dynamo=True, custom_translation_table=table,
+            dynamic_shapes=dynamic_shapes, opset_version=opset_version, **torch_onnx_kwargs,
+        )
+    except Exception as exc:
+        cause = exc
+        while cause is not None:
+            if isinstance(cause, ExportError):
+                raise ExportError(str(cause)) from exc
+            hint = _known_trace_failure(cause)
+            if hint:
+                raise ExportError(hint) from exc
+            cause = cause.__cause__ or cause.__context__
+        raise
+    if check_static and isinstance(model, torch.nn.Module):
+        _static_axes_warning(program, args + tuple((kwargs or {}).values()))
+    return program

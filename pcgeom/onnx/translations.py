@@ -1,0 +1,291 @@
+"""ONNX translations of the ``pcgeom`` torch ops, in standard opset-18 ops only.
+
+Each function here is handed to ``torch.onnx.export(..., dynamo=True,
+custom_translation_table=...)`` for one op of the ``pcgeom`` torch library;
+the exporter calls it once while tracing, with ``SymbolicTensor`` inputs (their
+dtype and static dims known) and the op's non-tensor arguments as Python
+values.  :data:`TRANSLATIONS` maps op names to them; the op registry
+(``pcgeom/ops/_registry.py``) is meant to point at these entries, so one
+table serves the registry and :func:`pcgeom.onnx.translation_table`.
+
+The rules that make pcgeom's answers exact are kept, op by op:
+
+* squared distances are ``sum_d (q_d - p_d)**2``, one coordinate after the
+  other (D is static at export, so the sum is spelled out coordinate by
+  coordinate), in the accumulation dtype: float32 for float16/bfloat16/float32
+  inputs, float64 for float64 -- the same roundings as the kernels, so the
+  distances are bit-equal;
+* order: finite distances ascending, then ``+inf``, then NaN, ties to the lower
+  index -- ONNX's TopK fixes "equal values: lower index first", and two TopKs
+  (one over the finite distances, one over a class code) give the exact order
+  without relying on how a runtime sorts NaN;
+* ``idx = -1`` / ``dist2 = +inf`` padding, ``k > N`` allowed, ragged lengths,
+  0-based int64 indices;
+* FPS is a ``Loop`` that carries the running minimum, with the reference's rule
+  for chosen points, NaN and ties (first maximum of ``ArgMax``).
+
+Memory: the searches are brute force, an ``(B, M, N + k)`` distance tensor plus
+two sort keys and a few masks of the same shape -- about 20 bytes per
+query-point pair in float32 (about 28 in float64).  Point-MAE's grouping
+(``32 * 64 * 1024`` = 2e6 pairs) needs ~40 MB; at 5e7 pairs (1 GB) it stops
+being sensible: chunk the queries, or keep the search in PyTorch, whose
+kernels never allocate ``M x N``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+import onnxscript.evaluator
+from onnxscript import opset18 as op
+
+from pcgeom.onnx import ExportError
+
+OPSET = 18
+
+_FLOAT = ir.DataType.FLOAT
+_DOUBLE = ir.DataType.DOUBLE
+_INT64 = ir.DataType.INT64
+_BOOL = ir.DataType.BOOL
+_NP = {_FLOAT: np.float32, _DOUBLE: np.float64}
+
+
+def _acc(x) -> ir.DataType:
+    """Accumulation dtype of the distance math for an input (see pcgeom.ops.reference.acc_dtype)."""
+    return _DOUBLE if x.dtype == _DOUBLE else _FLOAT
+
+
+def _const(value, dtype) -> "ir.Value":
+    return op.Constant(value=ir.tensor(np.asarray(value, dtype=dtype)))
+
+
+def _static_dim(fn: str, name: str, x, dim: int, layout: str) -> int:
+    size = x.shape[dim] if x.shape is not None else None
+    if not isinstance(size, int):
+        raise ExportError(
+            f"pcgeom.onnx: {fn}: the size of {name} in dimension {dim} {layout} must be static at export "
+            f"(the distance sum is spelled out coordinate by coordinate), got {size!r}; "
+            f"do not mark that dimension dynamic"
+        )
+    return size
+
+
+def _dim(x, axis: int):
+    """Runtime size of one axis as a 1-element int64 tensor."""
+    return op.Shape(x, start=axis, end=axis + 1)
+
+
+def _arange(n1):
+    """``arange(n)`` for a 1-element int64 tensor ``n1``."""
+    return op.Range(_const(0, np.int64), op.Squeeze(n1, [0]), _const(1, np.int64))
+
+
+def _sq_dist(q, p, d: int, acc):
+    """``(B, M, N)`` squared distances, summed coordinate after coordinate like the kernels."""
+    out = None
+    for c in range(d):
+        ci = _const(c, np.int64)
+        diff = op.Sub(op.Unsqueeze(op.Gather(q, ci, axis=2), [2]), op.Unsqueeze(op.Gather(p, ci, axis=2), [1]))
+        sq = op.Mul(diff, diff)
+        out = sq if out is None else op.Add(out, sq)
+    return out
+
+
+def _search(fn, query, points, k: int, query_lengths, points_lengths, radius2=None, index_order=False):
+    """The shared KNN / ball-query body: ``(dist2 (B, M, k), idx (B, M, k) int64)``."""
+    d = _static_dim(fn, "query", query, 2, "(B, M, D)")
+    acc = _acc(query)
+    npacc = _NP[acc]
+    inf = _const(np.inf, npacc)
+    d2 = _sq_dist(op.Cast(query, to=acc), op.Cast(points, to=acc), d, acc)  # (B, M, N)
+    pvalid = op.Less(op.Unsqueeze(_arange(_dim(points, 1)), [0]), op.Unsqueeze(points_lengths, [1]))  # (B, N)
+    qvalid = op.Less(op.Unsqueeze(_arange(_dim(query, 1)), [0]), op.Unsqueeze(query_lengths, [1]))  # (B, M)
+    valid = op.And(op.Unsqueeze(pvalid, [1]), op.Unsqueeze(qvalid, [2]))  # (B, M, N)
+    if radius2 is not None:
+        # radius**2 formed in double, rounded once to the accumulation dtype (the kernels' rule)
+        valid = op.And(valid, op.LessOrEqual(d2, _const(radius2, npacc)))
+    # k padding columns (invalid, +inf) so that TopK always has >= k columns (k > N is allowed).
+    pad_shape = op.Concat(op.Shape(d2, start=0, end=2), _const([k], np.int64), axis=0)
+    d2 = op.Concat(d2, op.ConstantOfShape(pad_shape, value=ir.tensor(np.array([np.inf], dtype=npacc))), axis=2)
+    valid = op.Concat(valid, op.ConstantOfShape(pad_shape, value=ir.tensor(np.array([False]))), axis=2)
+    kk = _const([k], np.int64)
+    if index_order:
+        # The first k valid points in index order: TopK over a 0/1 code, ties to the lower index.
+        code = op.Where(valid, _const(0.0, np.float32), _const(1.0, np.float32))
+        _, sel = op.TopK(code, kk, axis=2, largest=0, sorted=1)
+    else:
+        isnan = op.IsNaN(d2)
+        isinf = op.IsInf(d2)
+        fin = op.And(op.Not(op.Or(isnan, isinf)), valid)
+        # TopK 1: the finite valid distances, ascending, ties to the lower index.
+        _, i1 = op.TopK(op.Where(fin, d2, inf), kk, axis=2, largest=0, sorted=1)
+        # TopK 2: class code 0 finite, 1 +inf, 2 NaN, 3 invalid/padding: the rest in class-then-index order.
+        f = np.float32
+        code = op.Where(valid, op.Where(isnan, _const(2.0, f), op.Where(isinf, _const(1.0, f), _const(0.0, f))),
+                        _const(3.0, f))
+        _, i2 = op.TopK(code, kk, axis=2, largest=0, sorted=1)
+        # Slot j takes TopK 1 while finite neighbours last, then TopK 2 at the same slot:
+        # TopK 2's first n_finite slots are exactly the finite ones.
+        n_fin = op.ReduceSum(op.Cast(fin, to=_INT64), [2], keepdims=1)  # (B, M, 1)
+        j = op.Range(_const(0, np.int64), _const(k, np.int64), _const(1, np.int64))
+        sel = op.Where(op.Less(j, n_fin), i1, i2)
+    ok = op.GatherElements(valid, sel, axis=2)
+    dist = op.Where(ok, op.GatherElements(d2, sel, axis=2), inf)
+    idx = op.Where(ok, sel, _const(-1, np.int64))
+    return op.Cast(dist, to=query.dtype), idx
+
+
+def knn_translation(query, points, k: int, query_lengths, points_lengths):
+    """``pcgeom::knn`` -> brute-force distances + two TopKs.
+
+    Same contract as :func:`pcgeom.knn` (padded layout): ``query (B, M, D)``,
+    ``points (B, N, D)`` (D static), int64 lengths ``(B,)``; returns
+    ``dist2 (B, M, k)`` in the input dtype, ``idx (B, M, k)`` int64.
+    Costs O(B*M*(N+k)) memory (see the module docstring for the limit).
+    """
+    return _search("knn", query, points, k, query_lengths, points_lengths)
+
+
+def ball_query_translation(query, points, radius: float, k: int, query_lengths, points_lengths,
+                           index_order: bool = False):
+    """``pcgeom::ball_query`` in both orders (distance: two TopKs; index: one TopK over a validity code).
+
+    Same contract as :func:`pcgeom.ball_query`; ``dist2 <= radius**2`` with
+    ``radius**2`` formed in double and rounded once to the accumulation dtype.
+    Costs O(B*M*(N+k)) memory.
+    """
+    acc = np.float64 if query.dtype == _DOUBLE else np.float32
+    r2 = acc(float(radius) * float(radius))
+    return _search("ball_query", query, points, k, query_lengths, points_lengths, radius2=r2,
+                   index_order=bool(index_order))
+
+
+def knn_gather_translation(x, idx):
+    """``pcgeom::knn_gather``: ``GatherND(batch_dims=1)``, zeros where ``idx == -1`` (a copy: exact)."""
+    safe = op.Max(idx, _const(0, np.int64))
+    out = op.GatherND(x, op.Unsqueeze(safe, [3]), batch_dims=1)  # (B, M, k, C)
+    zero = op.CastLike(_const(0.0, np.float32), x)
+    return op.Where(op.Unsqueeze(op.GreaterOrEqual(idx, _const(0, np.int64)), [3]), out, zero)
+
+
+def farthest_point_sample_translation(points, n_samples: int, lengths, start_index):
+    """``pcgeom::farthest_point_sample`` as an ONNX ``Loop`` carrying the running minimum.
+
+    Exactly :func:`pcgeom.ops.reference.farthest_point_sample_reference`:
+    sample 0 is ``start_index[b]`` (0 for empty clouds); each step marks the
+    last sample as chosen (``-inf``), lowers the running minimum with the new
+    distances (a NaN distance sticks), maps NaN to -1 so that non-finite points
+    come last, and takes the first maximum (``ArgMax(select_last_index=0)``:
+    ties to the lowest index).  ``min(n_samples, N)`` iterations; slots
+    ``s >= lengths[b]`` are ``-1``.  Memory O(B*N); time O(n_samples*B*N).
+    """
+    fn = "farthest_point_sample"
+    d = _static_dim(fn, "points", points, 2, "(B, N, D)")
+    acc = _acc(points)
+    npacc = _NP[acc]
+    p = op.Cast(points, to=acc)
+    planes = [op.Gather(p, _const(c, np.int64), axis=2) for c in range(d)]  # D x (B, N)
+    n1 = _dim(points, 1)
+    ar_n = op.Unsqueeze(_arange(n1), [0])  # (1, N)
+    in_len = op.Less(ar_n, op.Unsqueeze(lengths, [1]))  # (B, N)
+    neg_inf = _const(-np.inf, npacc)
+    mind0 = op.Where(in_len, _const(np.inf, npacc), neg_inf)
+    zero = _const(0, np.int64)
+    cur0 = op.Where(op.Greater(lengths, zero), start_index, zero)
+    cur0 = op.Max(op.Min(cur0, op.Sub(op.Squeeze(n1, [0]), _const(1, np.int64))), zero)
+    trips = op.Squeeze(op.Min(_const([n_samples], np.int64), n1), [0])
+
+    # The loop body, built directly in ONNX IR: the trace-time op recorder has
+    # no notion of subgraphs.  It reads ``planes`` and ``ar_n`` from the outer graph.
+    t = ir.tape.Tape()
+
+    def c(value, dtype):
+        return t.op("Constant", [], attributes={"value": ir.tensor(np.asarray(value, dtype=dtype))})
+
+    it = ir.Value(name="fps_iter", type=ir.TensorType(_INT64), shape=ir.Shape([]))
+    cond = ir.Value(name="fps_cond", type=ir.TensorType(_BOOL), shape=ir.Shape([]))
+    mind = ir.Value(name="fps_mind", type=ir.TensorType(acc))
+    cur = ir.Value(name="fps_cur", type=ir.TensorType(_INT64))
+    cur2 = t.op("Unsqueeze", [cur, c([1], np.int64)])  # (B, 1)
+    rec = t.op("Identity", [cur])
+    mind_a = t.op("Where", [t.op("Equal", [ar_n, cur2]), c(-np.inf, npacc), mind])
+    dist = None
+    for plane in planes:
+        diff = t.op("Sub", [plane, t.op("GatherElements", [plane, cur2], attributes={"axis": 1})])
+        sq = t.op("Mul", [diff, diff])
+        dist = sq if dist is None else t.op("Add", [dist, sq])
+    isnan = t.op("IsNaN", [dist])
+    upd = t.op("And", [t.op("Or", [isnan, t.op("Less", [dist, mind_a])]),
+                       t.op("Not", [t.op("Equal", [mind_a, c(-np.inf, npacc)])])])
+    mind_b = t.op("Where", [upd, dist, mind_a])
+    key = t.op("Where", [t.op("IsNaN", [mind_b]), c(-1.0, npacc), mind_b])
+    cur_b = t.op("ArgMax", [key], attributes={"axis": 1, "keepdims": 0, "select_last_index": 0})
+    cond_out = t.op("Identity", [cond])
+    body = ir.Graph([it, cond, mind, cur], [cond_out, mind_b, cur_b, rec], nodes=t.nodes, name="fps_step",
+                    opset_imports={"": OPSET})
+
+    true = _const(True, np.bool_)
+    node = ir.Node("", "Loop", [trips, true, mind0, cur0], attributes=[ir.AttrGraph("body", body)], num_outputs=3)
+    onnxscript.evaluator.default().nodes.append(node)
+    recs = node.outputs[2]  # (T, B)
+    recs.dtype = _INT64
+    chosen = op.Transpose(recs, perm=[1, 0])  # (B, T)
+    b1 = _dim(points, 0)
+    fill_shape = op.Concat(b1, op.Sub(_const([n_samples], np.int64), op.Min(_const([n_samples], np.int64), n1)), axis=0)
+    out = op.Concat(chosen, op.ConstantOfShape(fill_shape, value=ir.tensor(np.array([-1], dtype=np.int64))), axis=1)
+    ar_s = op.Unsqueeze(op.Range(zero, _const(n_samples, np.int64), _const(1, np.int64)), [0])  # (1, S)
+    return op.Where(op.Less(ar_s, op.Unsqueeze(lengths, [1])), out, _const(-1, np.int64))
+
+
+def pca_normals_translation(points, idx):
+    """``pcgeom::pca_normals`` is not exported: raises :class:`ExportError`.
+
+    The kernels solve each 3x3 eigenproblem with cyclic Jacobi rotations
+    (``csrc/pca_normals/pca_normals_common.h``: a bounded number of sweeps,
+    branches per rotation) after sequential sums over the k neighbours.  An
+    ONNX copy would unroll every sweep and every sum into a few thousand
+    nodes, and equality with the kernels would still depend on the kernels'
+    compiler not contracting ``a*b + c`` into fused multiply-adds (nvcc does
+    by default); the pure-torch path itself agrees with the kernels only to
+    rounding.  Rather than export normals that are merely close, the export
+    stops here with a message saying what to do instead.
+    """
+    raise ExportError(
+        "pcgeom.onnx: pca_normals (pcgeom.ops.pca_normals / pcgeom.estimate_normals) cannot be exported: "
+        "its Jacobi eigen-solver has no exact standard-ONNX form; compute normals before export "
+        "(e.g. in preprocessing) and feed them to the model as an input"
+    )
+
+
+def searchsorted_translation(sorted_sequence, self, *, out_int32: bool = False, right: bool = False,
+                             side=None, sorter=None):
+    """``aten::searchsorted`` (torchlib has none): the packed layout maps offsets to clouds with it.
+
+    A comparison count, exact for sorted inputs: ``right`` counts
+    ``sequence <= value``, else ``sequence < value``; O(len(values) *
+    len(sequence)) memory, fine for offsets (one entry per cloud).
+    """
+    if sorter is not None:
+        raise ExportError("pcgeom.onnx: searchsorted: the sorter argument is not supported; sort the sequence first")
+    if side is not None:
+        right = side == "right"
+    cmp = op.LessOrEqual if right else op.Less
+    seq = op.Unsqueeze(sorted_sequence, [-2])  # (..., 1, L)
+    val = op.Unsqueeze(self, [-1])  # (..., n, 1)
+    count = op.ReduceSum(op.Cast(cmp(seq, val), to=_INT64), [-1], keepdims=0)
+    return op.Cast(count, to=ir.DataType.INT32) if out_int32 else count
+
+
+#: aten ops that pcgeom's Python code calls and torchlib does not translate.
+ATEN_TRANSLATIONS = {
+    "searchsorted.Tensor": searchsorted_translation,
+}
+
+#: op name -> translation; the op registry names these as each op's export translation.
+TRANSLATIONS = {
+    "knn": knn_translation,
+    "ball_query": ball_query_translation,
+    "knn_gather": knn_gather_translation,
+    "farthest_point_sample": farthest_point_sample_translation,
+    "pca_normals": pca_normals_translation,
+}

@@ -1,0 +1,222 @@
+"""pcgeom.onnx: exported models give pcgeom's answers in onnxruntime, on shapes not used for export.
+
+Each configuration is exported once (module-scoped fixtures, ~1 s each) and
+then run on many new shapes: ragged lengths, lattice ties, duplicates, NaN and
++inf coordinates, k = N, k > N, N = 1.  Indices must be equal; distances
+bit-equal (the translations keep the kernels' summation order and
+accumulation dtype); composites with a division or a sqrt to float32 rounding.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import pcgeom
+
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxscript")
+import pcgeom.onnx as pxo  # noqa: E402
+
+DTYPES = [torch.float32, torch.float64, torch.float16]
+
+
+class _Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        out = self.fn(*xs)
+        return tuple(out) if isinstance(out, (tuple, list)) else out
+
+
+def _export(fn, *example):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = pxo.export(_Fn(fn), example)
+    proto = program.model_proto
+    onnx.checker.check_model(proto, full_check=True)
+    assert {o.domain for o in proto.opset_import} <= {"", "ai.onnx"}
+    assert all(o.version == pxo.OPSET for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+
+    def run(*inputs):
+        return sess.run(None, {i.name: x.numpy() for i, x in zip(sess.get_inputs(), inputs)})
+
+    run.fn = fn
+    return run
+
+
+def _lattice(g, shape, dtype, nan=True):
+    """Points on a 0.25 lattice (many exact ties and duplicates), with NaN and +inf coordinates.
+
+    Cloud 0: a NaN point at index 0 before an +inf point at index 1 (the order
+    must put +inf first); the last cloud: a NaN in its last point.
+    """
+    p = (torch.randint(0, 3, shape, generator=g) * 0.25).to(dtype)
+    if nan and shape[1] > 1:
+        p[0, 0, 0] = float("nan")
+        p[0, 1, 1] = float("inf")
+        p[-1, shape[1] - 1, 2] = float("nan")
+    return p
+
+
+def _equal(got, want, what):
+    want = want.numpy()
+    assert got.dtype == want.dtype, what
+    assert np.array_equal(got, want, equal_nan=True), f"{what}: max diff {np.nanmax(np.abs(got.astype(float) - want.astype(float)))}"
+
+
+# (B, M, N) run through every exported search; N = 1 and k > N included (k = 6 in the exports).
+SEARCH_SHAPES = [(3, 7, 20), (1, 4, 1), (4, 11, 6), (2, 5, 3), (2, 9, 64)]
+
+
+@pytest.fixture(scope="module", params=["knn", "distance", "index"])
+def search_mode(request):
+    return request.param
+
+
+def _search_fn(mode, k, radius=0.3):
+    def fn(q, p, ql, pl):
+        if mode == "knn":
+            return pcgeom.knn(q, p, k, query_lengths=ql, points_lengths=pl)
+        return pcgeom.ball_query(q, p, radius, k, query_lengths=ql, points_lengths=pl, order=mode)
+    return fn
+
+
+@pytest.fixture(scope="module", params=DTYPES, ids=str)
+def exported_search(request, search_mode):
+    dt = request.param
+    fn = _search_fn(search_mode, 6)
+    run = _export(fn, torch.rand(2, 5, 3, dtype=dt), torch.rand(2, 9, 3, dtype=dt), torch.tensor([5, 3]),
+                  torch.tensor([9, 4]))
+    return run, dt
+
+
+@pytest.mark.parametrize("shape", SEARCH_SHAPES)
+@pytest.mark.parametrize("lengths", ["full", "ragged"])
+def test_search_matches_eager(exported_search, shape, lengths):
+    run, dt = exported_search
+    B, M, N = shape
+    g = torch.Generator().manual_seed(B * 1000 + M * 10 + N)
+    q, p = _lattice(g, (B, M, 3), dt, nan=False), _lattice(g, (B, N, 3), dt)
+    if lengths == "full":
+        ql, pl = torch.full((B,), M), torch.full((B,), N)
+    else:
+        ql, pl = torch.randint(0, M + 1, (B,), generator=g), torch.randint(0, N + 1, (B,), generator=g)
+    got = run(q, p, ql, pl)
+    want = run.fn(q, p, ql, pl)
+    _equal(got[1], want[1], "idx")
+    _equal(got[0], want[0], "dist2")
+
+
+def test_search_k_equals_n_and_self_query():
+    fn = _search_fn("knn", 5)
+    run = _export(fn, torch.rand(2, 5, 3), torch.rand(2, 5, 3), torch.tensor([5, 5]), torch.tensor([5, 4]))
+    g = torch.Generator().manual_seed(1)
+    p = _lattice(g, (3, 5, 3), torch.float32)
+    n = torch.full((3,), 5)
+    got, want = run(p, p, n, n), fn(p, p, n, n)
+    _equal(got[1], want[1], "idx")
+    _equal(got[0], want[0], "dist2")
+
+
+@pytest.fixture(scope="module", params=DTYPES, ids=str)
+def exported_fps(request):
+    dt = request.param
+
+    def fn(p, lengths, start):
+        return pcgeom.farthest_point_sample(p, 6, lengths=lengths, start_index=start)
+    return _export(fn, torch.rand(2, 9, 3, dtype=dt), torch.tensor([9, 4]), torch.tensor([1, 2])), dt
+
+
+@pytest.mark.parametrize("shape", [(3, 20), (1, 1), (4, 5), (2, 3), (2, 100)])
+@pytest.mark.parametrize("cloud", ["lattice", "random"])
+def test_fps_matches_eager(exported_fps, shape, cloud):
+    run, dt = exported_fps
+    B, N = shape
+    g = torch.Generator().manual_seed(B * 100 + N)
+    p = _lattice(g, (B, N, 3), dt) if cloud == "lattice" else torch.rand(B, N, 3, generator=g).to(dt)
+    lengths = torch.randint(0, N + 1, (B,), generator=g)
+    lengths[0] = N
+    start = (torch.rand(B, generator=g) * lengths).long()
+    _equal(run(p, lengths, start)[0], run.fn(p, lengths, start), "fps idx")
+
+
+def test_knn_gather_matches_eager():
+    run = _export(pcgeom.knn_gather, torch.rand(2, 9, 4), torch.randint(-1, 9, (2, 5, 3)))
+    g = torch.Generator().manual_seed(2)
+    for B, N, M in [(3, 7, 4), (1, 1, 2), (2, 30, 11)]:
+        x, idx = torch.rand(B, N, 4, generator=g), torch.randint(-1, N, (B, M, 3), generator=g)
+        _equal(run(x, idx)[0], pcgeom.knn_gather(x, idx), "knn_gather")
+
+
+COMPOSITES = {
+    # name: (fn, example inputs, new inputs, exact?)
+    "group_patches": (lambda p: pcgeom.group_patches(p, 8, 5, return_index=True),
+                      (torch.rand(2, 40, 3),), (torch.rand(3, 50, 3),), True),
+    "chamfer_distance": (lambda x, y: pcgeom.chamfer_distance(x, y),
+                         (torch.rand(2, 20, 3), torch.rand(2, 30, 3)), (torch.rand(3, 25, 3), torch.rand(3, 11, 3)), True),
+    "interpolate_features": (lambda q, p, f: pcgeom.interpolate_features(q, p, f),
+                             (torch.rand(2, 20, 3), torch.rand(2, 30, 3), torch.rand(2, 30, 4)),
+                             (torch.rand(3, 25, 3), torch.rand(3, 11, 3), torch.rand(3, 11, 4)), False),
+    "group_features": (lambda p, c, f: pcgeom.group_features(p, c, pcgeom.ball_query(c, p, 0.3, 6, order="index").idx, f),
+                       (torch.rand(2, 30, 3), torch.rand(2, 8, 3), torch.rand(2, 30, 4)),
+                       (torch.rand(3, 25, 3), torch.rand(3, 11, 3), torch.rand(3, 25, 4)), True),
+    "packed_knn": (lambda q, p, qo, po: pcgeom.knn(q, p, 4, query_offsets=qo, points_offsets=po),
+                   (torch.rand(20, 3), torch.rand(30, 3), torch.tensor([8, 20]), torch.tensor([10, 30])),
+                   (torch.rand(25, 3), torch.rand(31, 3), torch.tensor([3, 9, 25]), torch.tensor([2, 12, 31])), True),
+    "packed_fps": (lambda p, o: pcgeom.farthest_point_sample(p, 4, offsets=o),
+                   (torch.rand(30, 3), torch.tensor([10, 30])), (torch.rand(31, 3), torch.tensor([3, 12, 31])), True),
+    "knn_graph": (lambda x: pcgeom.knn_graph(x, 3), (torch.rand(20, 3),), (torch.rand(25, 3),), True),
+    "radius_graph": (lambda x: pcgeom.radius_graph(x, 0.3), (torch.rand(20, 3),), (torch.rand(25, 3),), True),
+}
+
+
+@pytest.mark.parametrize("name", list(COMPOSITES))
+def test_composite_exports(name):
+    fn, example, new, exact = COMPOSITES[name]
+    run = _export(fn, *example)
+    got = run(*new)
+    want = fn(*new)
+    want = tuple(want) if isinstance(want, (tuple, list)) else (want,)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        if exact or not b.is_floating_point():
+            _equal(a, b, name)
+        else:
+            np.testing.assert_allclose(a, b.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_pca_normals_refuses_with_a_clear_error():
+    with pytest.raises(pxo.ExportError, match="pca_normals.*cannot be exported.*input"):
+        pxo.export(_Fn(pcgeom.ops.pca_normals), (torch.rand(2, 9, 3), torch.randint(0, 9, (2, 5, 3))))
+
+
+def test_graph_with_batch_vector_refused():
+    with pytest.raises(pxo.ExportError, match="knn_graph.*batch=.*query_offsets"):
+        pxo.export(_Fn(lambda x, b: pcgeom.knn_graph(x, 3, batch=b)),
+                   (torch.rand(20, 3), torch.tensor([0] * 8 + [1] * 12)))
+
+
+def test_dynamic_coordinate_axis_refused():
+    d = torch.export.Dim.DYNAMIC
+    with pytest.raises(pxo.ExportError, match="knn.*query in dimension 2.*static"):
+        pxo.export(_Fn(lambda q, p: pcgeom.knn(q, p, 2)), (torch.rand(2, 5, 3), torch.rand(2, 6, 3)),
+                   dynamic_shapes=(({2: d}, {2: d}),))
+
+
+def test_translation_table_covers_every_pcgeom_op():
+    table = pxo.translation_table()
+    forward_ops = {"knn", "ball_query", "knn_gather", "farthest_point_sample", "pca_normals"}
+    assert {getattr(torch.ops.pcgeom, n).default for n in forward_ops} <= set(table)
+
+
+def test_missing_dependency_hint():
+    with pytest.raises(ImportError, match=r'pip install "pcgeom\[onnx\]"'):
+        pxo.require("pcgeom_no_such_module")
