@@ -220,3 +220,17 @@ def test_translation_table_covers_every_pcgeom_op():
 def test_missing_dependency_hint():
     with pytest.raises(ImportError, match=r'pip install "pcgeom\[onnx\]"'):
         pxo.require("pcgeom_no_such_module")
+
+
+def test_the_registry_names_every_translation():
+    # The op registry is where an op's export translation is declared; TRANSLATIONS is the same table by name.
+    from pcgeom.onnx.translations import TRANSLATIONS
+    from pcgeom.ops.registry import OPS
+
+    declared = {e.name: e.onnx for e in OPS if e.onnx}
+    assert set(declared) == set(TRANSLATIONS)
+    for name, where in declared.items():
+        assert where == f"pcgeom.onnx.translations:{TRANSLATIONS[name].__name__}"
+    assert {e.name for e in OPS if not e.onnx} == {"knn_backward", "knn_gather_backward"}  # backward-only ops
+    table = pxo.translation_table()
+    assert all(getattr(torch.ops.pcgeom, n).default in table for n in declared)

@@ -67,10 +67,17 @@ def translation_table() -> dict:
     :class:`ExportError`: see the guide), plus ``aten.searchsorted`` (used by
     the packed layout; torch's exporter has no translation for it).
     """
-    import pcgeom._backend  # noqa: F401  (defines torch.ops.pcgeom.*)
+    import importlib
+
+    import pcgeom.ops  # noqa: F401  (defines torch.ops.pcgeom.*)
+    from pcgeom.ops.registry import OPS
 
     tr = _translations()
-    table = {getattr(torch.ops.pcgeom, name).default: fn for name, fn in tr.TRANSLATIONS.items()}
+    table = {}
+    for e in OPS:  # each op's translation is named in the op registry
+        if e.onnx is not None:
+            module, function = e.onnx.split(":")
+            table[getattr(torch.ops.pcgeom, e.name).default] = getattr(importlib.import_module(module), function)
     for name, fn in tr.ATEN_TRANSLATIONS.items():
         packet, overload = name.split(".")
         table[getattr(getattr(torch.ops.aten, packet), overload)] = fn

@@ -4,9 +4,9 @@ Each function here is handed to ``torch.onnx.export(..., dynamo=True,
 custom_translation_table=...)`` for one op of the ``pcgeom`` torch library;
 the exporter calls it once while tracing, with ``SymbolicTensor`` inputs (their
 dtype and static dims known) and the op's non-tensor arguments as Python
-values.  :data:`TRANSLATIONS` maps op names to them; the op registry
-(``pcgeom/ops/_registry.py``) is meant to point at these entries, so one
-table serves the registry and :func:`pcgeom.onnx.translation_table`.
+values.  Each op's entry in the op registry (:mod:`pcgeom.ops.registry`,
+field ``onnx``) names its function here, and :func:`pcgeom.onnx.translation_table`
+reads them from there; :data:`TRANSLATIONS` is the same mapping by op name.
 
 The rules that make pcgeom's answers exact are kept, op by op:
 

@@ -65,28 +65,34 @@ class OpEntry(NamedTuple):
 
 
 _REF = "pcgeom.ops.reference"
+_ONNX = "pcgeom.onnx.translations"
 
 OPS: tuple[OpEntry, ...] = (
     OpEntry("knn",
             "knn(Tensor query, Tensor points, int k, Tensor query_lengths, Tensor points_lengths) -> (Tensor, Tensor)",
-            f"{_REF}:knn_reference", "pcgeom.ops.knn", "knn", "tests/test_knn.py"),
+            f"{_REF}:knn_reference", "pcgeom.ops.knn", "knn", "tests/test_knn.py",
+            onnx=f"{_ONNX}:knn_translation"),
     OpEntry("knn_backward",
             "knn_backward(Tensor grad_dist2, Tensor query, Tensor points, Tensor idx) -> (Tensor, Tensor)",
             f"{_REF}:knn_backward_reference", "pcgeom.ops.knn", "knn", "tests/test_knn.py"),
     OpEntry("ball_query",
             "ball_query(Tensor query, Tensor points, float radius, int k, Tensor query_lengths, "
             "Tensor points_lengths, bool index_order=False) -> (Tensor, Tensor)",
-            f"{_REF}:ball_query_reference", "pcgeom.ops.ball_query", "ball_query", "tests/test_ball_query.py"),
+            f"{_REF}:ball_query_reference", "pcgeom.ops.ball_query", "ball_query", "tests/test_ball_query.py",
+            onnx=f"{_ONNX}:ball_query_translation"),
     OpEntry("knn_gather", "knn_gather(Tensor x, Tensor idx) -> Tensor",
-            f"{_REF}:knn_gather_reference", "pcgeom.ops.knn_gather", "knn_gather", "tests/test_knn_gather.py"),
+            f"{_REF}:knn_gather_reference", "pcgeom.ops.knn_gather", "knn_gather", "tests/test_knn_gather.py",
+            onnx=f"{_ONNX}:knn_gather_translation"),
     OpEntry("knn_gather_backward", "knn_gather_backward(Tensor grad, Tensor idx, int n) -> Tensor",
             f"{_REF}:knn_gather_backward_reference", "pcgeom.ops.knn_gather", "knn_gather", "tests/test_knn_gather.py"),
     OpEntry("farthest_point_sample",
             "farthest_point_sample(Tensor points, int n_samples, Tensor lengths, Tensor start_index) -> Tensor",
             f"{_REF}:farthest_point_sample_reference", "pcgeom.ops.farthest_point_sample", "farthest_point_sample",
-            "tests/test_farthest_point_sample.py"),
+            "tests/test_farthest_point_sample.py",
+            onnx=f"{_ONNX}:farthest_point_sample_translation"),
     OpEntry("pca_normals", "pca_normals(Tensor points, Tensor idx) -> (Tensor, Tensor)",
-            f"{_REF}:pca_normals_reference", "pcgeom.ops.pca_normals", "pca_normals", "tests/test_normals.py"),
+            f"{_REF}:pca_normals_reference", "pcgeom.ops.pca_normals", "pca_normals", "tests/test_normals.py",
+            onnx=f"{_ONNX}:pca_normals_translation"),
 )
 
 BY_NAME: dict[str, OpEntry] = {e.name: e for e in OPS}
