@@ -1,6 +1,7 @@
 """The ``pcgeom`` command line (also ``python -m pcgeom``): one module per subcommand.
 
-Each subcommand module has ``add_parser(sub)`` (its argparse parser, ``func`` set to its ``run(args)``);
+Each subcommand module ``pcgeom.cli.<name>`` has ``HELP`` (and optionally ``DESCRIPTION``, ``ADD_HELP``),
+``add_arguments(parser)`` and ``run(args)``;
 :mod:`pcgeom.cli.common` holds what they share.  ``build_parser()`` is what the docs' CLI reference is
 generated from.
 """
@@ -19,7 +20,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pcgeom", description="pcgeom: exact KNN and FPS for point clouds.")
     sub = parser.add_subparsers(dest="command", required=True)
     for command in (doctor, compat, bench, demo, group, preprocess):  # the order of --help
-        command.add_parser(sub)
+        name = command.__name__.rsplit(".", 1)[1]
+        extra = {k.lower(): getattr(command, k) for k in ("DESCRIPTION", "ADD_HELP") if hasattr(command, k)}
+        p = sub.add_parser(name, help=command.HELP, **extra)
+        command.add_arguments(p)
+        p.set_defaults(func=command.run)
     return parser
 
 

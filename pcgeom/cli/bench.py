@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+HELP = "run the benchmark workloads against the installed peers"
+ADD_HELP = False
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="run the benchmark workloads against the installed peers", add_help=False)
+
+def add_arguments(p) -> None:
     p.add_argument("bench_args", nargs=argparse.REMAINDER)
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import sys
 
+HELP = "turn the import shims (knn_cuda, pointnet2_ops, chamfer) on or off for this Python environment"
+DESCRIPTION = (
+    "enable: every later Python process of this environment serves knn_cuda, pointnet2_ops "
+    "(+ .pointnet2_utils, .pointnet2_modules) and chamfer from pcgeom wherever the real extension is not "
+    "installed (a real one always wins), until `disable`. It writes pcgeom-shims.pth and "
+    "_pcgeom_shim_hook.py into site-packages; nothing is imported at start-up until a shimmed name is. "
+    "status: shows the setting and, per name, whether a real extension was found."
+)
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "compat",
-        help="turn the import shims (knn_cuda, pointnet2_ops, chamfer) on or off for this Python environment",
-        description="enable: every later Python process of this environment serves knn_cuda, pointnet2_ops "
-        "(+ .pointnet2_utils, .pointnet2_modules) and chamfer from pcgeom wherever the real extension is not "
-        "installed (a real one always wins), until `disable`. It writes pcgeom-shims.pth and "
-        "_pcgeom_shim_hook.py into site-packages; nothing is imported at start-up until a shimmed name is. "
-        "status: shows the setting and, per name, whether a real extension was found.",
-    )
+
+def add_arguments(p) -> None:
     p.add_argument("action", choices=["enable", "disable", "status"])
     p.add_argument("--site-dir", default=None, help="site-packages folder to write to (default: this environment's)")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

@@ -8,15 +8,15 @@ import time
 
 from pcgeom.cli.common import backend_line, labelled_colors, patch_labels, pick_device, plan_outputs, positive_int
 
+HELP = "group a bundled real scan into patches; write a coloured PLY and a PNG picture"
+DESCRIPTION = (
+    "Loads a bundled scan (the Stanford Bunny by default), splits it into patches with "
+    "farthest point sampling + KNN (pcgeom.group_patches), prints timings and the backend in use, and "
+    "writes OUT/<scan>_patches.ply (points coloured by patch) and OUT/<scan>_patches.png (the picture)."
+)
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "demo",
-        help="group a bundled real scan into patches; write a coloured PLY and a PNG picture",
-        description="Loads a bundled scan (the Stanford Bunny by default), splits it into patches with "
-        "farthest point sampling + KNN (pcgeom.group_patches), prints timings and the backend in use, and "
-        "writes OUT/<scan>_patches.ply (points coloured by patch) and OUT/<scan>_patches.png (the picture).",
-    )
+
+def add_arguments(p) -> None:
     p.add_argument("--out", default="pcgeom-demo", help="output folder (default: pcgeom-demo)")
     p.add_argument("--overwrite", action="store_true", help="replace outputs left by an earlier run")
     p.add_argument("--scan", default="bunny", choices=["armadillo", "bunny", "chinese_dragon", "kitten"],
@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
     p.add_argument("--renderer", default="auto", choices=["auto", "open3d", "matplotlib"],
                    help="picture backend (default: Open3D when installed, else matplotlib)")
     p.add_argument("--size", type=_size, default=(1024, 768), help="picture size WIDTHxHEIGHT (default: 1024x768)")
-    p.set_defaults(func=run)
+
 
 
 def _size(text: str) -> tuple[int, int]:

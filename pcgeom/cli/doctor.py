@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+HELP = "show which kernels are in use and how to fix a missing build"
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("doctor", help="show which kernels are in use and how to fix a missing build")
+
+def add_arguments(p) -> None:
     p.add_argument("--check", action="store_true", help="exit 1 when the native library is not loaded")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

@@ -12,19 +12,19 @@ import sys
 from pcgeom.cli.common import (backend_line, collect_inputs, failure, labelled_colors, patch_labels,
                                pick_device, plan_outputs, positive_int)
 
+HELP = "group PLY files into patches (FPS + KNN); write coloured PLYs, tensors and optional PNGs"
+DESCRIPTION = (
+    "For every INPUT (a .ply file, or a folder searched recursively for .ply files) writes "
+    "OUT/<name>_patches.ply (the points coloured by patch, with a 'patch' property), OUT/<name>_patches.pt "
+    "(torch.load-able dict of centers (G,3), center_idx (G,), idx (G,k), neighborhoods (G,k,3)) and with "
+    "--png OUT/<name>_patches.png.  Existing outputs are never replaced without --overwrite.  A bad file is "
+    "reported and skipped; the exit status is 1 if any file failed.  Under torchrun "
+    "(torchrun --nproc-per-node N -m pcgeom group ...) the files are split across the ranks, finished "
+    "files are skipped on a rerun, and rank 0 prints the report of all ranks."
+)
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "group",
-        help="group PLY files into patches (FPS + KNN); write coloured PLYs, tensors and optional PNGs",
-        description="For every INPUT (a .ply file, or a folder searched recursively for .ply files) writes "
-        "OUT/<name>_patches.ply (the points coloured by patch, with a 'patch' property), OUT/<name>_patches.pt "
-        "(torch.load-able dict of centers (G,3), center_idx (G,), idx (G,k), neighborhoods (G,k,3)) and with "
-        "--png OUT/<name>_patches.png.  Existing outputs are never replaced without --overwrite.  A bad file is "
-        "reported and skipped; the exit status is 1 if any file failed.  Under torchrun "
-        "(torchrun --nproc-per-node N -m pcgeom group ...) the files are split across the ranks, finished "
-        "files are skipped on a rerun, and rank 0 prints the report of all ranks.",
-    )
+
+def add_arguments(p) -> None:
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="PLY files or folders of PLY files")
     p.add_argument("--centers", type=positive_int, required=True, help="number of patches G per cloud")
     p.add_argument("--k", type=positive_int, required=True, help="neighbours per patch")
@@ -37,7 +37,7 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda when available; "
                    "under torchrun each rank takes the GPU of its LOCAL_RANK)")
     p.add_argument("--renderer", default="auto", choices=["auto", "open3d", "matplotlib"], help="picture backend for --png")
-    p.set_defaults(func=run)
+
 
 
 def torchrun_ranks() -> tuple[int, int, int] | None:

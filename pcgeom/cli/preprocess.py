@@ -10,20 +10,20 @@ import sys
 
 from pcgeom.cli.common import backend_line, collect_inputs, failure, pick_device, plan_outputs, positive_int
 
+HELP = "voxel-subsample, remove outliers from and estimate normals of PLY files"
+DESCRIPTION = (
+    "For every INPUT (a .ply file, or a folder searched recursively for .ply files) writes "
+    "OUT/<name>.ply after, in this order: --voxel (pcgeom.grid_subsample, the first point per voxel), "
+    "--remove-statistical (Open3D's remove_statistical_outlier), --remove-radius (Open3D's "
+    "remove_radius_outlier) and --normals (pcgeom.estimate_normals, written as nx, ny, nz; oriented "
+    "towards --viewpoint if given).  Colours and other vertex properties of the kept points are kept. "
+    "Outputs are written to a temporary file and moved into place when complete; existing outputs are "
+    "never replaced without --overwrite.  A bad file is reported and skipped; the exit status is 1 if "
+    "any file failed."
+)
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "preprocess",
-        help="voxel-subsample, remove outliers from and estimate normals of PLY files",
-        description="For every INPUT (a .ply file, or a folder searched recursively for .ply files) writes "
-        "OUT/<name>.ply after, in this order: --voxel (pcgeom.grid_subsample, the first point per voxel), "
-        "--remove-statistical (Open3D's remove_statistical_outlier), --remove-radius (Open3D's "
-        "remove_radius_outlier) and --normals (pcgeom.estimate_normals, written as nx, ny, nz; oriented "
-        "towards --viewpoint if given).  Colours and other vertex properties of the kept points are kept. "
-        "Outputs are written to a temporary file and moved into place when complete; existing outputs are "
-        "never replaced without --overwrite.  A bad file is reported and skipped; the exit status is 1 if "
-        "any file failed.",
-    )
+
+def add_arguments(p) -> None:
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="PLY files or folders of PLY files")
     p.add_argument("--out", required=True, help="output folder (created if needed)")
     p.add_argument("--voxel", type=_positive_float, default=None, metavar="SIZE", help="voxel size of grid_subsample")
@@ -37,7 +37,7 @@ def add_parser(sub) -> None:
     p.add_argument("--float64", action="store_true", help="compute in float64 (Open3D's precision)")
     p.add_argument("--overwrite", action="store_true", help="replace existing outputs (never an input)")
     p.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda when available)")
-    p.set_defaults(func=run)
+
 
 
 def _pair(kinds, what: str):
