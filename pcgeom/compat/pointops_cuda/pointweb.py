@@ -24,10 +24,10 @@ from __future__ import annotations
 import torch
 
 from pcgeom import _validation as V
+from pcgeom._pointnet2_kernel import kernel_fps_steps, priority, strict_radius
 from pcgeom.compat.pointops_cuda._raw import feat_arg, idx_arg, int_arg, out_arg, write
-from pcgeom.compat.pointnet2_ops import _strict_radius, gather_operation, grouping_operation, three_interpolate
+from pcgeom.compat.pointnet2_ops import gather_operation, grouping_operation, three_interpolate
 from pcgeom.features import fill_missing
-from pcgeom.grouping import _kernel_fps_steps, _pointnet2_priority
 from pcgeom.ops import ball_query as _pc_ball_query
 from pcgeom.ops import farthest_point_sample as _pc_fps
 from pcgeom.ops import knn as _pc_knn
@@ -106,7 +106,7 @@ def _knn_kernel(query, points, k):
 def _ball(radius, nsample, new_xyz, xyz):
     """The first ``nsample`` points with ``d2 < radius**2`` (strict, float32) in index order, int64, ``-1`` in
     the empty slots; None when no distance can qualify (or nothing to search)."""
-    r = _strict_radius(radius, xyz.dtype)
+    r = strict_radius(radius, xyz.dtype)
     if r is None or new_xyz.numel() == 0:
         return None
     with torch.no_grad():
@@ -289,11 +289,11 @@ def furthestsampling_cuda(b, n, m, points, temp, idx):
             raise ValueError(f"{fn}: temp must hold running distances >= 0 (pointops.py fills it with 1e10), "
                              f"got min {float(temp.amin())}")
         pts = points.detach().to(torch.float32)
-        perm = _pointnet2_priority(n, points.device, max_threads=1024)  # pointnet2's kernel: 512
+        perm = priority(n, points.device, max_threads=1024)  # pointnet2's kernel: 512
         sel = _fps_native(pts, t0, m, perm)
         if sel is None:
             planes = pts[:, perm].permute(2, 0, 1).contiguous()
-            sel, t_perm = _kernel_fps_steps(planes, t0[:, perm], m)
+            sel, t_perm = kernel_fps_steps(planes, t0[:, perm], m)
             t_new = torch.empty_like(t_perm)
             t_new[:, perm] = t_perm
         elif m > 1:
