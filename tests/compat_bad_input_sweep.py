@@ -22,7 +22,7 @@ import re
 import numpy as np
 import torch
 
-from pcgeom.compat import _pointweb as PW
+from pcgeom.compat.pointops_cuda import pointweb as PW
 from pcgeom.compat import pointops as P
 from pcgeom.compat import pointops_cuda as PC
 from pcgeom.compat import torch_scatter as TS

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from pcgeom._pointnet2_kernel import strict_radius
 from pcgeom.compat import chamfer_ext
 from pcgeom.compat import pointnet2_modules as M
 from pcgeom.compat import pointnet2_ops as P
@@ -33,7 +34,7 @@ def test_fps_int32_and_the_near_origin_rule():
 
 
 def test_fps_native_path_equals_the_sequential_transcription():
-    from pcgeom.grouping import _pointnet2_fps
+    from pcgeom._pointnet2_kernel import fps as _pointnet2_fps
     from conftest import lattice_cloud
 
     lat = lattice_cloud(2, 6) - 2.5  # every distance ties: the kernel's tie rule decides
@@ -75,7 +76,7 @@ def test_ball_query_boundary_is_strict():
     # the strict threshold is exact for many radii
     for r in np.linspace(0.01, 3.0, 97):
         r32 = torch.tensor(float(r), dtype=torch.float32)
-        t = P._strict_radius(float(r), torch.float32)
+        t = strict_radius(float(r), torch.float32)
         assert torch.tensor(t * t, dtype=torch.float64).float() == torch.nextafter(r32 * r32, torch.tensor(0.0))
 
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from conftest import DEVICES
-from pcgeom.compat import _pointweb as PW
+from pcgeom.compat.pointops_cuda import pointweb as PW
 from pcgeom.compat import pointops_cuda as PC
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "upstream", "pointweb")

@@ -29,7 +29,7 @@ def _run(code, *, env_extra=None, cwd=None):
 def test_registry_names_every_upstream_module():
     assert set(shims.SHIMS) == {"knn_cuda", "pointnet2_ops", "pointnet2_ops.pointnet2_utils",
                                 "pointnet2_ops.pointnet2_modules", "chamfer", "torch_cluster", "torch_scatter",
-                                "simple_knn", "simple_knn._C", "pointops", "pointops_cuda"}
+                                "torch_scatter.composite", "simple_knn", "simple_knn._C", "pointops", "pointops_cuda"}
     for target in shims.SHIMS.values():
         assert target.startswith("pcgeom.compat.")
 
@@ -58,6 +58,21 @@ def test_torch_cluster_served_through_the_opt_in():
         assert torch.equal(d, torch.full((8,), 4.0)), d
         assert fps(x, batch, ratio=0.5, random_start=False).tolist() == [0, 3]
         pcgeom.compat.disable_shims()
+    """)
+
+
+@pytest.mark.slow
+def test_torch_scatter_composite_is_a_served_submodule():
+    # Code written against torch_scatter's layout imports the composites from their package.
+    _run("""
+        import torch, pcgeom.compat
+        pcgeom.compat.enable_shims()
+        from torch_scatter.composite import scatter_softmax
+        import torch_scatter
+        assert torch_scatter.composite.__pcgeom_shim__ == "pcgeom.compat.torch_scatter.composite"
+        assert torch_scatter.scatter_softmax is scatter_softmax and callable(torch_scatter.scatter)
+        out = scatter_softmax(torch.tensor([0.0, 0.0, 1.0]), torch.tensor([0, 0, 1]))
+        assert out.tolist() == [0.5, 0.5, 1.0], out
     """)
 
 

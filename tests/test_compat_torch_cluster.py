@@ -340,15 +340,17 @@ def test_every_public_name_and_op_of_torch_cluster_is_served(tc):
 def test_ops_are_not_defined_where_a_real_torch_cluster_is_installed(tmp_path, monkeypatch):
     import importlib.machinery
 
+    from pcgeom.compat.torch_cluster import _ops
+
     (tmp_path / "torch_cluster").mkdir()
     (tmp_path / "torch_cluster" / "__init__.py").write_text("")
-    monkeypatch.setattr(shim, "_has_op", lambda name: False)  # as in a fresh process
+    monkeypatch.setattr(_ops, "_has_op", lambda name: False)  # as in a fresh process
     monkeypatch.syspath_prepend(str(tmp_path))
     # A folder that only has the name (pcgeom's vendored upstream tests are one) is no install.
-    assert not shim._real_torch_cluster_installed()
+    assert not _ops._real_torch_cluster_installed()
     # A real install ships its compiled libraries beside __init__.py.
     (tmp_path / "torch_cluster" / ("_version_cpu" + importlib.machinery.EXTENSION_SUFFIXES[0])).write_bytes(b"")
-    assert shim._real_torch_cluster_installed()
-    assert shim._register_ops() == []  # the real one defines them when it is imported
+    assert _ops._real_torch_cluster_installed()
+    assert _ops.register_ops() == []  # the real one defines them when it is imported
     monkeypatch.undo()
-    assert shim._register_ops() == []  # already defined in this process: defined once
+    assert _ops.register_ops() == []  # already defined in this process: defined once

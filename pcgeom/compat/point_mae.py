@@ -24,7 +24,8 @@ from torch import nn
 
 from pcgeom import _validation as V
 from pcgeom.chamfer import chamfer_distance
-from pcgeom.grouping import _FPS_MODES, _gather_points, _group, _pointnet2_fps
+from pcgeom._pointnet2_kernel import fps as pointnet2_fps_unchecked
+from pcgeom.grouping import _FPS_MODES, _gather_points, _group
 
 __all__ = ["ChamferDistanceL1", "ChamferDistanceL2", "Group", "fps"]
 
@@ -58,7 +59,7 @@ def fps(data: torch.Tensor, number: int) -> torch.Tensor:
     number = V.check_int(fn, "number", number, minimum=1)
     if number > data.shape[1]:
         raise ValueError(f"{fn}: number={number} exceeds the number of points N={data.shape[1]} (data shape {V._shape(data)})")
-    return _gather_points(data, _pointnet2_fps(data, number))
+    return _gather_points(data, pointnet2_fps_unchecked(data, number))
 
 
 class Group(nn.Module):

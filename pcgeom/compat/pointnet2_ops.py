@@ -46,13 +46,13 @@ Example:
 
 from __future__ import annotations
 
-import math
 
 import torch
 from torch import nn
 
 from pcgeom import _validation as V
-from pcgeom.grouping import _P2_NEAR_ORIGIN, _pointnet2_fps, _pointnet2_priority
+from pcgeom._pointnet2_kernel import NEAR_ORIGIN, priority, strict_radius
+from pcgeom._pointnet2_kernel import fps as pointnet2_fps_unchecked
 from pcgeom.ops import ball_query as _pc_ball_query
 from pcgeom.ops import farthest_point_sample, knn
 
@@ -131,15 +131,15 @@ def furthest_point_sample(xyz: torch.Tensor, npoint: int) -> torch.Tensor:
         raise ValueError(f"{fn}: npoint={npoint} exceeds the number of points N={xyz.shape[1]} (xyz shape {V._shape(xyz)})")
     idx = _pointnet2_fps_native(xyz, npoint)
     if idx is None:
-        idx = _pointnet2_fps(xyz, npoint)
+        idx = pointnet2_fps_unchecked(xyz, npoint)
     return idx.to(torch.int32)
 
 
 def _pointnet2_fps_native(xyz: torch.Tensor, npoint: int):
     """pointnet2's FPS on pcgeom's native exact FPS kernel, or None where the two could differ.
 
-    With the points in the kernel's tie priority order (pcgeom.grouping's
-    ``_pointnet2_priority``), index 0 first and the points the kernel skips
+    With the points in the kernel's tie priority order (pcgeom._pointnet2_kernel's
+    ``priority``), index 0 first and the points the kernel skips
     (``|p|^2 <= 1e-3``) moved past ``lengths``, exact FPS from index 0 (ties
     to the lower position) makes the kernel's choices -- as long as every
     step has a positive farthest distance.  The kernel differs only when it
@@ -155,10 +155,10 @@ def _pointnet2_fps_native(xyz: torch.Tensor, npoint: int):
         pts = xyz.detach().to(torch.float32)
         if not bool(pts.abs().amax() <= 1e4):  # also False for NaN; inf is > 1e4
             return None
-        perm = _pointnet2_priority(N, xyz.device)
+        perm = priority(N, xyz.device)
         p = pts[:, perm]
         x, y, z = p.unbind(-1)
-        eligible = (x * x + y * y + z * z) > _P2_NEAR_ORIGIN
+        eligible = (x * x + y * y + z * z) > NEAR_ORIGIN
         rank = torch.where(eligible, 1, 2)
         rank[:, 0] = 0  # original index 0 (priority position 0) is always the start
         order = torch.sort(rank, dim=1, stable=True).indices
@@ -235,22 +235,6 @@ def grouping_operation(features: torch.Tensor, idx: torch.Tensor) -> torch.Tenso
     return out.view(B, C, S, K)
 
 
-def _strict_radius(radius: float, dtype: torch.dtype) -> float | None:
-    """A radius whose inclusive ball ``d2 <= r**2`` (pcgeom) is pointnet2's ``d2 < radius**2``.
-
-    The kernel squares the float32 radius in float32 and compares strictly;
-    the largest accumulation-dtype value below that square is the inclusive
-    threshold, and its square root (in double) rounds back to it exactly when
-    pcgeom squares and rounds it.  None: no distance qualifies.
-    """
-    acc = torch.float64 if dtype == torch.float64 else torch.float32
-    r = torch.tensor(radius, dtype=acc)
-    r2 = r * r
-    if not bool(r2 > 0):
-        return None
-    below = torch.nextafter(r2, torch.tensor(0.0, dtype=acc))
-    return math.sqrt(float(below)) if bool(below > 0) else 0.0
-
 
 def _ball_query_long(radius, nsample, xyz, new_xyz, fn="ball_query") -> torch.Tensor:
     _check_xyz(fn, "xyz", xyz, "(B, N, 3)")
@@ -259,7 +243,7 @@ def _ball_query_long(radius, nsample, xyz, new_xyz, fn="ball_query") -> torch.Te
     radius = V.check_float(fn, "radius", radius, minimum=0.0)
     nsample = V.check_int(fn, "nsample", nsample, minimum=1)
     B, S = new_xyz.shape[0], new_xyz.shape[1]
-    r = _strict_radius(radius, xyz.dtype)
+    r = strict_radius(radius, xyz.dtype)
     if r is None:
         return torch.zeros((B, S, nsample), dtype=torch.int64, device=xyz.device)
     with torch.no_grad():

@@ -38,6 +38,7 @@ SHIMS: dict[str, str] = {
     "pointops": "pcgeom.compat.pointops",
     "pointops_cuda": "pcgeom.compat.pointops_cuda",
     "torch_scatter": "pcgeom.compat.torch_scatter",
+    "torch_scatter.composite": "pcgeom.compat.torch_scatter.composite",
     "simple_knn": "pcgeom.compat.simple_knn",
     "simple_knn._C": "pcgeom.compat.simple_knn",
 }

@@ -38,7 +38,8 @@ deterministic on CPU (``index_add_``).
 
 PointWeb (hszhao/PointWeb) ships a different, batched extension under the
 same module name: padded ``(B, N, 3)`` clouds, channel-first ``(B, C, N)``
-features.  It is **served too** (implemented in ``pcgeom.compat._pointweb``):
+features.  It is **served too** (implemented in :mod:`pcgeom.compat.pointops_cuda.pointweb`;
+POSTECH's in :mod:`pcgeom.compat.pointops_cuda.postech`):
 
 * PointWeb-only names: ``ballquery_cuda``, ``gathering_forward_cuda`` /
   ``gathering_backward_cuda``, ``grouping_int_forward_cuda``,
@@ -89,11 +90,9 @@ import numbers
 
 import torch
 
-from pcgeom import _validation as V
-from pcgeom.compat import _pointweb as _pw
-from pcgeom.compat import pointops as _po
-from pcgeom.compat._pointweb import _feat, _idx, _int, _out, _write
-from pcgeom.compat._pointweb import (  # PointWeb's functions that POSTECH's extension does not have
+from pcgeom.compat.pointops_cuda import pointweb as _pointweb
+from pcgeom.compat.pointops_cuda import postech as _postech
+from pcgeom.compat.pointops_cuda.pointweb import (  # PointWeb's functions that POSTECH's extension does not have
     ballquery_cuda,
     featuredistribute_cuda,
     featuregather_backward_cuda,
@@ -106,8 +105,12 @@ from pcgeom.compat._pointweb import (  # PointWeb's functions that POSTECH's ext
     labelstat_idx_cuda,
     nearestneighbor_cuda,
 )
-from pcgeom.ops import knn as _pc_knn
-from pcgeom.ops.packed import offsets_arg
+from pcgeom.compat.pointops_cuda.postech import (  # POSTECH's functions that PointWeb's extension does not have
+    aggregation_backward_cuda,
+    aggregation_forward_cuda,
+    subtraction_backward_cuda,
+    subtraction_forward_cuda,
+)
 
 __all__ = [
     "PointWebArgumentError",
@@ -133,242 +136,6 @@ __all__ = [
     "subtraction_backward_cuda",
     "subtraction_forward_cuda",
 ]
-
-def _tile(weight, c):
-    """``(n, s, w_c)`` -> ``(n, s, c)`` with channel ``c`` reading ``weight[..., c % w_c]``."""
-    w_c = weight.shape[-1]
-    reps = -(-c // w_c)
-    return weight.repeat(1, 1, reps)[..., :c] if (reps > 1 or w_c != c) else weight
-
-
-# --------------------------------------------------------------------------- sampling / query
-
-
-def _furthestsampling_postech(b, n_max, xyz, offset, new_offset, tmp, idx):
-    """Writes farthest point samples of each packed cloud into ``idx (m,)`` int32.
-
-    Args:
-        b: number of clouds (``offset.numel()``).
-        n_max: the largest cloud size (used by the kernel for its launch only).
-        xyz: ``(n, 3)`` coordinates.
-        offset: int ``(b,)`` cumulative end offsets of the points (``xyz``).
-        new_offset: int ``(b,)`` cumulative end offsets of the samples.
-        tmp: ``(n,)`` scratch (not written).
-        idx: ``(m,)`` int32 output, ``m = new_offset[-1]``.
-    """
-    fn = "furthestsampling_cuda"
-    if not isinstance(xyz, torch.Tensor) or xyz.dim() != 2:
-        raise ValueError(f"{fn}: xyz must have shape (n, 3) (packed clouds), got "
-                         f"{V._shape(xyz) if isinstance(xyz, torch.Tensor) else type(xyz).__name__}")
-    b = _int(fn, "b", b, 1)
-    if not isinstance(offset, torch.Tensor) or offset.numel() != b:
-        raise ValueError(f"{fn}: offset must have b={b} entries, got "
-                         f"{V._shape(offset) if isinstance(offset, torch.Tensor) else type(offset).__name__}")
-    res = _po.farthest_point_sampling(xyz, offset, new_offset)
-    _out(fn, "idx", idx, (res.shape[0],), xyz.device, torch.int32)
-    _write(idx, res)
-
-
-def _knnquery_postech(m, nsample, xyz, new_xyz, offset, new_offset, idx, dist2):
-    """Writes the ``nsample`` nearest points (POSTECH's padding) into ``idx`` / ``dist2``.
-
-    Args:
-        m: number of queries (rows of ``new_xyz``).
-        nsample: int >= 1.
-        xyz: ``(n, 3)`` points.
-        new_xyz: ``(m, 3)`` queries.
-        offset: int ``(b,)`` cumulative end offsets of ``xyz``.
-        new_offset: int ``(b,)`` cumulative end offsets of ``new_xyz``.
-        idx: ``(m, nsample)`` int32 output: global rows, nearest first, ties to
-            the lower index; missing neighbours are the cloud's first row.
-        dist2: ``(m, nsample)`` float output: squared distances, ``1e10`` where missing.
-    """
-    fn = "knnquery_cuda"
-    m = _int(fn, "m", m)
-    nsample = _int(fn, "nsample", nsample, 1)
-    if new_xyz is None:
-        new_xyz = xyz
-    _po._check_xyz(fn, "xyz", xyz)
-    _po._check_xyz(fn, "new_xyz", new_xyz)
-    if new_xyz.shape[0] != m:
-        raise ValueError(f"{fn}: new_xyz must have m={m} rows, got {V._shape(new_xyz)}")
-    if new_xyz.device != xyz.device or new_xyz.dtype != xyz.dtype:
-        raise ValueError(f"{fn}: new_xyz must match xyz's device and dtype ({xyz.device}, {xyz.dtype}), "
-                         f"got {new_xyz.device}, {new_xyz.dtype}")
-    off = offsets_arg(fn, "offset", offset, xyz.shape[0], xyz.device)
-    new_off = offsets_arg(fn, "new_offset", new_offset, m, xyz.device)
-    if new_off.shape[0] != off.shape[0]:
-        raise ValueError(f"{fn}: offset and new_offset must list the same number of clouds, "
-                         f"got {off.shape[0]} and {new_off.shape[0]}")
-    idx_out = _out(fn, "idx", idx, (m, nsample), xyz.device, torch.int32)
-    d_out = _out(fn, "dist2", dist2, (m, nsample), xyz.device)
-    with torch.no_grad():
-        d, i = _pc_knn(new_xyz, xyz, nsample, query_offsets=new_off, points_offsets=off)
-        starts = off - torch.diff(off, prepend=off.new_zeros(1))
-        qb = torch.searchsorted(new_off, torch.arange(m, device=xyz.device), right=True)
-        missing = i < 0
-        i = torch.where(missing, starts[qb][:, None], i)
-        d = torch.where(missing, torch.full((), 1e10, dtype=d.dtype, device=d.device), d)
-    _write(idx_out, i)
-    _write(d_out, d)
-
-
-# --------------------------------------------------------------------------- feature ops
-
-
-def _grouping_forward_postech(m, nsample, c, input, idx, output):
-    """Writes ``output[i, j] = input[idx[i, j]]`` ``(m, nsample, c)``; ``idx`` in ``[0, n)``.
-    """
-    fn = "grouping_forward_cuda"
-    m, nsample, c = _int(fn, "m", m), _int(fn, "nsample", nsample, 1), _int(fn, "c", c)
-    _feat(fn, "input", input, (None, c))
-    i = _idx(fn, "idx", idx, (m, nsample), input.shape[0], input.device)
-    out = _out(fn, "output", output, (m, nsample, c), input.device)
-    _write(out, input.index_select(0, i.reshape(-1)))
-
-
-def _grouping_backward_postech(m, nsample, c, grad_output, idx, grad_input):
-    """Adds the gradient of :func:`grouping_forward_cuda` into ``grad_input (n, c)``.
-    """
-    fn = "grouping_backward_cuda"
-    m, nsample, c = _int(fn, "m", m), _int(fn, "nsample", nsample, 1), _int(fn, "c", c)
-    _feat(fn, "grad_output", grad_output, (m, nsample, c))
-    _feat(fn, "grad_input", grad_input, (None, c), grad_output.device)
-    i = _idx(fn, "idx", idx, (m, nsample), grad_input.shape[0], grad_output.device)
-    out = _out(fn, "grad_input", grad_input, tuple(grad_input.shape), grad_output.device)
-    with torch.no_grad():
-        out.index_add_(0, i.reshape(-1), grad_output.reshape(-1, c).to(out.dtype))
-
-
-def _interpolation_forward_postech(n, c, k, input, idx, weight, output):
-    """Adds ``sum_j input[idx[i, j]] * weight[i, j]`` into ``output (n, c)``.
-    """
-    fn = "interpolation_forward_cuda"
-    n, c, k = _int(fn, "n", n), _int(fn, "c", c), _int(fn, "k", k, 1)
-    _feat(fn, "input", input, (None, c))
-    _feat(fn, "weight", weight, (n, k), input.device)
-    i = _idx(fn, "idx", idx, (n, k), input.shape[0], input.device)
-    out = _out(fn, "output", output, (n, c), input.device)
-    g = input.index_select(0, i.reshape(-1)).view(n, k, c)
-    _write(out, (g * weight.unsqueeze(-1)).sum(1), accumulate=True)
-
-
-def _interpolation_backward_postech(n, c, k, grad_output, idx, weight, grad_input):
-    """Adds the gradient of :func:`interpolation_forward_cuda` into ``grad_input (m, c)``.
-    """
-    fn = "interpolation_backward_cuda"
-    n, c, k = _int(fn, "n", n), _int(fn, "c", c), _int(fn, "k", k, 1)
-    _feat(fn, "grad_output", grad_output, (n, c))
-    _feat(fn, "weight", weight, (n, k), grad_output.device)
-    _feat(fn, "grad_input", grad_input, (None, c), grad_output.device)
-    i = _idx(fn, "idx", idx, (n, k), grad_input.shape[0], grad_output.device)
-    out = _out(fn, "grad_input", grad_input, tuple(grad_input.shape), grad_output.device)
-    with torch.no_grad():
-        contrib = grad_output.unsqueeze(1) * weight.unsqueeze(-1)
-        out.index_add_(0, i.reshape(-1), contrib.reshape(-1, c).to(out.dtype))
-
-
-def subtraction_forward_cuda(n, nsample, c, input1, input2, idx, output):
-    """Writes ``output[i, j] = input1[i] - input2[idx[i, j]]`` ``(n, nsample, c)``.
-
-    Example:
-        >>> import torch
-        >>> from pcgeom.compat import pointops_cuda
-        >>> out = torch.zeros(2, 1, 1)
-        >>> x = torch.tensor([[1.0], [5.0]])
-        >>> pointops_cuda.subtraction_forward_cuda(2, 1, 1, x, x, torch.tensor([[1], [0]], dtype=torch.int32), out)
-        >>> out.flatten().tolist()
-        [-4.0, 4.0]
-    """
-    fn = "subtraction_forward_cuda"
-    n, nsample, c = _int(fn, "n", n), _int(fn, "nsample", nsample, 1), _int(fn, "c", c)
-    _feat(fn, "input1", input1, (n, c))
-    _feat(fn, "input2", input2, (None, c), input1.device)
-    i = _idx(fn, "idx", idx, (n, nsample), input2.shape[0], input1.device)
-    out = _out(fn, "output", output, (n, nsample, c), input1.device)
-    _write(out, input1.unsqueeze(1) - input2.index_select(0, i.reshape(-1)).view(n, nsample, c))
-
-
-def subtraction_backward_cuda(n, nsample, c, idx, grad_output, grad_input1, grad_input2):
-    """Adds the gradients of :func:`subtraction_forward_cuda` into ``grad_input1`` / ``grad_input2``.
-
-    Example:
-        >>> import torch
-        >>> from pcgeom.compat import pointops_cuda
-        >>> g1, g2 = torch.zeros(2, 1), torch.zeros(2, 1)
-        >>> pointops_cuda.subtraction_backward_cuda(2, 1, 1, torch.tensor([[1], [1]], dtype=torch.int32),
-        ...                                         torch.ones(2, 1, 1), g1, g2)
-        >>> g1.flatten().tolist(), g2.flatten().tolist()
-        ([1.0, 1.0], [0.0, -2.0])
-    """
-    fn = "subtraction_backward_cuda"
-    n, nsample, c = _int(fn, "n", n), _int(fn, "nsample", nsample, 1), _int(fn, "c", c)
-    _feat(fn, "grad_output", grad_output, (n, nsample, c))
-    _feat(fn, "grad_input1", grad_input1, (n, c), grad_output.device)
-    _feat(fn, "grad_input2", grad_input2, (None, c), grad_output.device)
-    i = _idx(fn, "idx", idx, (n, nsample), grad_input2.shape[0], grad_output.device)
-    g1 = _out(fn, "grad_input1", grad_input1, (n, c), grad_output.device)
-    g2 = _out(fn, "grad_input2", grad_input2, tuple(grad_input2.shape), grad_output.device)
-    with torch.no_grad():
-        g1.add_(grad_output.sum(1).to(g1.dtype))
-        g2.index_add_(0, i.reshape(-1), (-grad_output).reshape(-1, c).to(g2.dtype))
-
-
-def aggregation_forward_cuda(n, nsample, c, w_c, input, position, weight, idx, output):
-    """Adds ``sum_j (input[idx[i, j]] + position[i, j]) * weight[i, j, c % w_c]`` into ``output (n, c)``.
-
-    Example:
-        >>> import torch
-        >>> from pcgeom.compat import pointops_cuda
-        >>> out = torch.zeros(1, 2)
-        >>> pointops_cuda.aggregation_forward_cuda(1, 1, 2, 1, torch.tensor([[1.0, 2.0]]), torch.ones(1, 1, 2),
-        ...     torch.full((1, 1, 1), 2.0), torch.tensor([[0]], dtype=torch.int32), out)
-        >>> out.tolist()
-        [[4.0, 6.0]]
-    """
-    fn = "aggregation_forward_cuda"
-    n, nsample, c, w_c = _int(fn, "n", n), _int(fn, "nsample", nsample, 1), _int(fn, "c", c), _int(fn, "w_c", w_c, 1)
-    _feat(fn, "input", input, (None, c))
-    _feat(fn, "position", position, (n, nsample, c), input.device)
-    _feat(fn, "weight", weight, (n, nsample, w_c), input.device)
-    i = _idx(fn, "idx", idx, (n, nsample), input.shape[0], input.device)
-    out = _out(fn, "output", output, (n, c), input.device)
-    vals = input.index_select(0, i.reshape(-1)).view(n, nsample, c) + position
-    _write(out, (vals * _tile(weight, c)).sum(1), accumulate=True)
-
-
-def aggregation_backward_cuda(n, nsample, c, w_c, input, position, weight, idx, grad_output, grad_input,
-                              grad_position, grad_weight):
-    """Gradients of :func:`aggregation_forward_cuda`: adds to ``grad_input`` / ``grad_weight``, writes ``grad_position``.
-
-    Example:
-        >>> import torch
-        >>> from pcgeom.compat import pointops_cuda
-        >>> gi, gp, gw = torch.zeros(1, 2), torch.zeros(1, 1, 2), torch.zeros(1, 1, 1)
-        >>> pointops_cuda.aggregation_backward_cuda(1, 1, 2, 1, torch.tensor([[1.0, 2.0]]), torch.zeros(1, 1, 2),
-        ...     torch.full((1, 1, 1), 2.0), torch.tensor([[0]], dtype=torch.int32), torch.ones(1, 2), gi, gp, gw)
-        >>> gi.tolist(), gw.flatten().tolist()
-        ([[2.0, 2.0]], [3.0])
-    """
-    fn = "aggregation_backward_cuda"
-    n, nsample, c, w_c = _int(fn, "n", n), _int(fn, "nsample", nsample, 1), _int(fn, "c", c), _int(fn, "w_c", w_c, 1)
-    _feat(fn, "input", input, (None, c))
-    _feat(fn, "position", position, (n, nsample, c), input.device)
-    _feat(fn, "weight", weight, (n, nsample, w_c), input.device)
-    _feat(fn, "grad_output", grad_output, (n, c), input.device)
-    i = _idx(fn, "idx", idx, (n, nsample), input.shape[0], input.device)
-    gi = _out(fn, "grad_input", grad_input, tuple(input.shape), input.device)
-    gp = _out(fn, "grad_position", grad_position, (n, nsample, c), input.device)
-    gw = _out(fn, "grad_weight", grad_weight, (n, nsample, w_c), input.device)
-    with torch.no_grad():
-        wt = _tile(weight, c)
-        go = grad_output.unsqueeze(1)
-        gi.index_add_(0, i.reshape(-1), (go * wt).reshape(-1, c).to(gi.dtype))
-        _write(gp, go * wt)
-        vals = input.index_select(0, i.reshape(-1)).view(n, nsample, c) + position
-        ch = torch.arange(c, device=input.device) % w_c
-        gw.index_add_(2, ch, (go * vals).to(gw.dtype))
-
 
 # --------------------------------------------------------------------------- the names POSTECH and PointWeb share
 
@@ -451,7 +218,7 @@ def furthestsampling_cuda(*args, **kwargs):
         >>> idx.tolist()
         [[0, 2]]
     """
-    return _dispatch("furthestsampling_cuda", args, kwargs, _furthestsampling_postech, _pw.furthestsampling_cuda)
+    return _dispatch("furthestsampling_cuda", args, kwargs, _postech.furthestsampling_cuda, _pointweb.furthestsampling_cuda)
 
 
 def knnquery_cuda(*args, **kwargs):
@@ -482,7 +249,7 @@ def knnquery_cuda(*args, **kwargs):
         >>> idx.tolist()
         [[[0, 1, 0], [1, 0, 0]]]
     """
-    return _dispatch("knnquery_cuda", args, kwargs, _knnquery_postech, _pw.knnquery_cuda)
+    return _dispatch("knnquery_cuda", args, kwargs, _postech.knnquery_cuda, _pointweb.knnquery_cuda)
 
 
 def grouping_forward_cuda(*args, **kwargs):
@@ -498,7 +265,7 @@ def grouping_forward_cuda(*args, **kwargs):
         >>> out.flatten().tolist()
         [4.0, 3.0]
     """
-    return _dispatch("grouping_forward_cuda", args, kwargs, _grouping_forward_postech, _pw.grouping_forward_cuda)
+    return _dispatch("grouping_forward_cuda", args, kwargs, _postech.grouping_forward_cuda, _pointweb.grouping_forward_cuda)
 
 
 def grouping_backward_cuda(*args, **kwargs):
@@ -514,7 +281,7 @@ def grouping_backward_cuda(*args, **kwargs):
         >>> g.flatten().tolist()
         [0.0, 2.0]
     """
-    return _dispatch("grouping_backward_cuda", args, kwargs, _grouping_backward_postech, _pw.grouping_backward_cuda)
+    return _dispatch("grouping_backward_cuda", args, kwargs, _postech.grouping_backward_cuda, _pointweb.grouping_backward_cuda)
 
 
 def interpolation_forward_cuda(*args, **kwargs):
@@ -531,8 +298,8 @@ def interpolation_forward_cuda(*args, **kwargs):
         >>> out.item()
         3.0
     """
-    return _dispatch("interpolation_forward_cuda", args, kwargs, _interpolation_forward_postech,
-                     _pw.interpolation_forward_cuda)
+    return _dispatch("interpolation_forward_cuda", args, kwargs, _postech.interpolation_forward_cuda,
+                     _pointweb.interpolation_forward_cuda)
 
 
 def interpolation_backward_cuda(*args, **kwargs):
@@ -548,5 +315,5 @@ def interpolation_backward_cuda(*args, **kwargs):
         >>> g.flatten().tolist()
         [0.25, 0.75]
     """
-    return _dispatch("interpolation_backward_cuda", args, kwargs, _interpolation_backward_postech,
-                     _pw.interpolation_backward_cuda)
+    return _dispatch("interpolation_backward_cuda", args, kwargs, _postech.interpolation_backward_cuda,
+                     _pointweb.interpolation_backward_cuda)

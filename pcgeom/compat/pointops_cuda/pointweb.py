@@ -17,11 +17,6 @@ Every size is checked against the tensors, every index against its range,
 every output's shape, dtype and device (the kernels read and write out of
 bounds instead); errors name the argument.  Float32 as in the original;
 other float dtypes work when inputs and outputs agree.
-
-This file also holds the argument checks of the raw calling convention
-(ints + preallocated outputs) that POSTECH's functions in
-:mod:`pcgeom.compat.pointops_cuda` share, so that neither module imports the
-other in a circle.
 """
 
 from __future__ import annotations
@@ -29,9 +24,10 @@ from __future__ import annotations
 import torch
 
 from pcgeom import _validation as V
-from pcgeom.compat.pointnet2_ops import _strict_radius, gather_operation, grouping_operation, three_interpolate
+from pcgeom._pointnet2_kernel import kernel_fps_steps, priority, strict_radius
+from pcgeom.compat.pointops_cuda._raw import feat_arg, idx_arg, int_arg, out_arg, write
+from pcgeom.compat.pointnet2_ops import gather_operation, grouping_operation, three_interpolate
 from pcgeom.features import fill_missing
-from pcgeom.grouping import _kernel_fps_steps, _pointnet2_priority
 from pcgeom.ops import ball_query as _pc_ball_query
 from pcgeom.ops import farthest_point_sample as _pc_fps
 from pcgeom.ops import knn as _pc_knn
@@ -56,80 +52,6 @@ __all__ = [
     "nearestneighbor_cuda",
 ]
 
-# --------------------------------------------------------------------------- checks (shared with POSTECH's)
-
-
-def _int(fn, name, v, minimum=0):
-    if isinstance(v, torch.Tensor):
-        if v.numel() != 1:
-            raise TypeError(f"{fn}: {name} must be an int, got a tensor of shape {V._shape(v)}")
-        v = int(v)
-    return V.check_int(fn, name, v, minimum=minimum)
-
-
-def _numel(shape):
-    n = 1
-    for s in shape:
-        n *= s
-    return n
-
-
-def _out(fn, name, t, shape, ref_device, dtype=None):
-    """A preallocated output: the shape (or that many elements), device and dtype the kernel writes."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{fn}: {name} must be a preallocated torch.Tensor of shape {shape}, got {type(t).__name__}")
-    # The kernels write through the data pointer, so any tensor of that many
-    # elements works there; a non-contiguous one only in the logical shape.
-    if tuple(t.shape) != tuple(shape) and (t.numel() != _numel(shape) or not t.is_contiguous()):
-        raise ValueError(f"{fn}: {name} must have shape {tuple(shape)}, got {V._shape(t)}"
-                         + ("" if t.is_contiguous() else " (non-contiguous)"))
-    if t.device != ref_device:
-        raise ValueError(f"{fn}: {name} must be on {ref_device}, got {t.device}")
-    if dtype is not None and t.dtype != dtype:
-        raise TypeError(f"{fn}: {name} must be {dtype}, got {t.dtype}")
-    if dtype is None and t.dtype not in V.FLOAT_DTYPES:
-        raise TypeError(f"{fn}: {name} must be a floating tensor, got {t.dtype}")
-    return t.view(shape) if t.is_contiguous() else t
-
-
-def _write(dst, value, accumulate=False):
-    """Writes into the caller's tensor (``copy_`` / ``add_``), whatever its memory layout."""
-    with torch.no_grad():
-        if accumulate:
-            dst.add_(value.to(dst.dtype).view(dst.shape))
-        else:
-            dst.copy_(value.view(dst.shape))
-
-
-def _feat(fn, name, t, shape, device=None):
-    """A floating input of ``shape`` (``None``: any size there), on ``device`` when given."""
-    V.check_tensor(fn, name, t, len(shape), "(" + ", ".join(str(s) for s in shape) + ")")
-    if t.dtype not in V.FLOAT_DTYPES:
-        raise TypeError(f"{fn}: {name} must be a floating tensor, got {t.dtype}")
-    for i, s in enumerate(shape):
-        if s is not None and t.shape[i] != s:
-            raise ValueError(f"{fn}: {name} must have shape {tuple(shape)}, got {V._shape(t)}")
-    if device is not None and t.device != device:
-        raise ValueError(f"{fn}: {name} must be on {device}, got {t.device}")
-
-
-def _idx(fn, name, idx, shape, n, device):
-    """int32/int64 indices with ``prod(shape)`` elements in ``[0, n)``, as int64 of ``shape`` (one host sync)."""
-    if not isinstance(idx, torch.Tensor) or idx.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"{fn}: {name} must be an int32 tensor of shape {shape}, got "
-                        f"{idx.dtype if isinstance(idx, torch.Tensor) else type(idx).__name__}")
-    if idx.numel() != _numel(shape):
-        raise ValueError(f"{fn}: {name} must have shape {shape}, got {V._shape(idx)}")
-    if idx.device != device:
-        raise ValueError(f"{fn}: {name} must be on {device}, got {idx.device}")
-    idx = idx.reshape(shape).long()
-    if idx.numel():
-        lo, hi = torch.stack([idx.min(), idx.max()]).tolist()
-        if lo < 0 or hi >= n:
-            raise ValueError(f"{fn}: {name} values must be in [0, {n}) (rows of the input), got min {lo}, max {hi}")
-    return idx
-
-
 # --------------------------------------------------------------------------- PointWeb's own checks
 
 
@@ -142,7 +64,7 @@ def _like(fn, name, t, ref_name, ref):
 
 
 def _ints(fn, **kw):
-    return [_int(fn, k, v, 1 if k == "nsample" else 0) for k, v in kw.items()]
+    return [int_arg(fn, k, v, 1 if k == "nsample" else 0) for k, v in kw.items()]
 
 
 def _labels(fn, name, t, shape, device=None):
@@ -184,7 +106,7 @@ def _knn_kernel(query, points, k):
 def _ball(radius, nsample, new_xyz, xyz):
     """The first ``nsample`` points with ``d2 < radius**2`` (strict, float32) in index order, int64, ``-1`` in
     the empty slots; None when no distance can qualify (or nothing to search)."""
-    r = _strict_radius(radius, xyz.dtype)
+    r = strict_radius(radius, xyz.dtype)
     if r is None or new_xyz.numel() == 0:
         return None
     with torch.no_grad():
@@ -195,7 +117,7 @@ def _write_balls(out, raw):
     """ball query's ``idx``: empty slots repeat the first hit, empty balls keep what the caller's tensor holds."""
     filled = fill_missing(raw)
     hit = filled[..., :1] >= 0
-    _write(out, torch.where(hit, filled, out.reshape(filled.shape).long()).to(torch.int32))
+    write(out, torch.where(hit, filled, out.reshape(filled.shape).long()).to(torch.int32))
 
 
 def _label_sum(label_stat, idx, valid=None):
@@ -242,10 +164,10 @@ def ballquery_cuda(b, n, m, radius, nsample, new_xyz, xyz, idx):
     fn = "ballquery_cuda"
     b, n, m, nsample = _ints(fn, b=b, n=n, m=m, nsample=nsample)
     radius = _radius(fn, radius)
-    _feat(fn, "new_xyz", new_xyz, (b, m, 3))
-    _feat(fn, "xyz", xyz, (b, n, 3))
+    feat_arg(fn, "new_xyz", new_xyz, (b, m, 3))
+    feat_arg(fn, "xyz", xyz, (b, n, 3))
     _like(fn, "xyz", xyz, "new_xyz", new_xyz)
-    out = _out(fn, "idx", idx, (b, m, nsample), xyz.device, torch.int32)
+    out = out_arg(fn, "idx", idx, (b, m, nsample), xyz.device, torch.int32)
     raw = _ball(radius, nsample, new_xyz, xyz)
     if raw is not None:
         _write_balls(out, raw)
@@ -286,15 +208,15 @@ def knnquery_cuda(b, n, m, nsample, xyz, new_xyz, idx, dist2):
     """
     fn = "knnquery_cuda (PointWeb)"
     b, n, m, nsample = _ints(fn, b=b, n=n, m=m, nsample=nsample)
-    _feat(fn, "xyz", xyz, (b, n, 3))
-    _feat(fn, "new_xyz", new_xyz, (b, m, 3))
+    feat_arg(fn, "xyz", xyz, (b, n, 3))
+    feat_arg(fn, "new_xyz", new_xyz, (b, m, 3))
     _like(fn, "new_xyz", new_xyz, "xyz", xyz)
-    i_out = _out(fn, "idx", idx, (b, m, nsample), xyz.device, torch.int32)
-    d_out = _out(fn, "dist2", dist2, (b, m, nsample), xyz.device)
+    i_out = out_arg(fn, "idx", idx, (b, m, nsample), xyz.device, torch.int32)
+    d_out = out_arg(fn, "dist2", dist2, (b, m, nsample), xyz.device)
     if b * m == 0:
         return
     d, i = _knn_kernel(new_xyz, xyz, nsample)
-    _write(i_out, i)
+    write(i_out, i)
     _first_rows(d_out, d[0, 0].to(d_out.dtype))
 
 
@@ -352,11 +274,11 @@ def furthestsampling_cuda(b, n, m, points, temp, idx):
     """
     fn = "furthestsampling_cuda (PointWeb)"
     b, n, m = _ints(fn, b=b, n=n, m=m)
-    _feat(fn, "points", points, (b, n, 3))
-    _feat(fn, "temp", temp, (b, n))
+    feat_arg(fn, "points", points, (b, n, 3))
+    feat_arg(fn, "temp", temp, (b, n))
     if temp.device != points.device:
         raise ValueError(f"{fn}: temp must be on {points.device} like points, got {temp.device}")
-    out = _out(fn, "idx", idx, (b, m), points.device, torch.int32)
+    out = out_arg(fn, "idx", idx, (b, m), points.device, torch.int32)
     if m == 0 or b == 0:
         return
     if n == 0:
@@ -367,11 +289,11 @@ def furthestsampling_cuda(b, n, m, points, temp, idx):
             raise ValueError(f"{fn}: temp must hold running distances >= 0 (pointops.py fills it with 1e10), "
                              f"got min {float(temp.amin())}")
         pts = points.detach().to(torch.float32)
-        perm = _pointnet2_priority(n, points.device, max_threads=1024)  # pointnet2's kernel: 512
+        perm = priority(n, points.device, max_threads=1024)  # pointnet2's kernel: 512
         sel = _fps_native(pts, t0, m, perm)
         if sel is None:
             planes = pts[:, perm].permute(2, 0, 1).contiguous()
-            sel, t_perm = _kernel_fps_steps(planes, t0[:, perm], m)
+            sel, t_perm = kernel_fps_steps(planes, t0[:, perm], m)
             t_new = torch.empty_like(t_perm)
             t_new[:, perm] = t_perm
         elif m > 1:
@@ -380,9 +302,9 @@ def furthestsampling_cuda(b, n, m, points, temp, idx):
             t_new = torch.fmin(_pc_knn(pts, picked, 1).dist2[..., 0], t0)
         else:
             t_new = None
-        _write(out, perm[sel])
+        write(out, perm[sel])
         if t_new is not None:
-            _write(temp, t_new.to(temp.dtype))
+            write(temp, t_new.to(temp.dtype))
 
 
 def nearestneighbor_cuda(b, n, m, unknown, known, dist2, idx):
@@ -411,16 +333,16 @@ def nearestneighbor_cuda(b, n, m, unknown, known, dist2, idx):
     """
     fn = "nearestneighbor_cuda"
     b, n, m = _ints(fn, b=b, n=n, m=m)
-    _feat(fn, "unknown", unknown, (b, n, 3))
-    _feat(fn, "known", known, (b, m, 3))
+    feat_arg(fn, "unknown", unknown, (b, n, 3))
+    feat_arg(fn, "known", known, (b, m, 3))
     _like(fn, "known", known, "unknown", unknown)
-    d_out = _out(fn, "dist2", dist2, (b, n, 3), unknown.device)
-    i_out = _out(fn, "idx", idx, (b, n, 3), unknown.device, torch.int32)
+    d_out = out_arg(fn, "dist2", dist2, (b, n, 3), unknown.device)
+    i_out = out_arg(fn, "idx", idx, (b, n, 3), unknown.device, torch.int32)
     if b * n == 0:
         return
     d, i = _knn_kernel(unknown, known, 3)
-    _write(d_out, d.to(d_out.dtype))
-    _write(i_out, i)
+    write(d_out, d.to(d_out.dtype))
+    write(i_out, i)
 
 
 def featuredistribute_cuda(b, n, m, max_xyz, xyz, distribute_idx):
@@ -449,15 +371,15 @@ def featuredistribute_cuda(b, n, m, max_xyz, xyz, distribute_idx):
     """
     fn = "featuredistribute_cuda"
     b, n, m = _ints(fn, b=b, n=n, m=m)
-    _feat(fn, "max_xyz", max_xyz, (b, n, 3))
-    _feat(fn, "xyz", xyz, (b, m, 3))
+    feat_arg(fn, "max_xyz", max_xyz, (b, n, 3))
+    feat_arg(fn, "xyz", xyz, (b, m, 3))
     _like(fn, "xyz", xyz, "max_xyz", max_xyz)
-    out = _out(fn, "distribute_idx", distribute_idx, (b, m), xyz.device, torch.int32)
+    out = out_arg(fn, "distribute_idx", distribute_idx, (b, m), xyz.device, torch.int32)
     if b * m == 0:
         return
     with torch.no_grad():
         d, i = _pc_knn(xyz.detach(), max_xyz.detach(), 1)
-        _write(out, torch.where(d < 100000.0, i, -1).to(torch.int32))
+        write(out, torch.where(d < 100000.0, i, -1).to(torch.int32))
 
 
 # --------------------------------------------------------------------------- feature ops (channel first)
@@ -477,11 +399,11 @@ def grouping_forward_cuda(b, c, n, m, nsample, points, idx, out):
     """
     fn = "grouping_forward_cuda (PointWeb)"
     b, c, n, m, nsample = _ints(fn, b=b, c=c, n=n, m=m, nsample=nsample)
-    _feat(fn, "points", points, (b, c, n))
-    i = _idx(fn, "idx", idx, (b, m, nsample), n, points.device)
-    o = _out(fn, "out", out, (b, c, m, nsample), points.device)
+    feat_arg(fn, "points", points, (b, c, n))
+    i = idx_arg(fn, "idx", idx, (b, m, nsample), n, points.device)
+    o = out_arg(fn, "out", out, (b, c, m, nsample), points.device)
     with torch.no_grad():
-        _write(o, grouping_operation(points.detach(), i))
+        write(o, grouping_operation(points.detach(), i))
 
 
 def grouping_backward_cuda(b, c, n, m, nsample, grad_out, idx, grad_points):
@@ -498,9 +420,9 @@ def grouping_backward_cuda(b, c, n, m, nsample, grad_out, idx, grad_points):
     """
     fn = "grouping_backward_cuda (PointWeb)"
     b, c, n, m, nsample = _ints(fn, b=b, c=c, n=n, m=m, nsample=nsample)
-    _feat(fn, "grad_out", grad_out, (b, c, m, nsample))
-    i = _idx(fn, "idx", idx, (b, m, nsample), n, grad_out.device)
-    g = _out(fn, "grad_points", grad_points, (b, c, n), grad_out.device)
+    feat_arg(fn, "grad_out", grad_out, (b, c, m, nsample))
+    i = idx_arg(fn, "idx", idx, (b, m, nsample), n, grad_out.device)
+    g = out_arg(fn, "grad_points", grad_points, (b, c, n), grad_out.device)
     _accumulate(g, i.view(b, m * nsample), grad_out.reshape(b, c, m * nsample))
 
 
@@ -523,24 +445,24 @@ def grouping_int_forward_cuda(b, c, n, m, nsample, points, idx, out):
         raise TypeError(f"{fn}: points must be int64 (the kernel reads long), got {points.dtype}")
     if tuple(points.shape) != (b, c, n):
         raise ValueError(f"{fn}: points must have shape {(b, c, n)}, got {V._shape(points)}")
-    i = _idx(fn, "idx", idx, (b, m, nsample), n, points.device)
-    o = _out(fn, "out", out, (b, c, m, nsample), points.device, torch.int64)
+    i = idx_arg(fn, "idx", idx, (b, m, nsample), n, points.device)
+    o = out_arg(fn, "out", out, (b, c, m, nsample), points.device, torch.int64)
     k = m * nsample
-    _write(o, points.gather(2, i.view(b, 1, k).expand(b, c, k)))
+    write(o, points.gather(2, i.view(b, 1, k).expand(b, c, k)))
 
 
 def _gather(fn, b, c, n, m, points, idx, out, pname, iname, oname):
-    _feat(fn, pname, points, (b, c, n))
-    i = _idx(fn, iname, idx, (b, m), n, points.device)
-    o = _out(fn, oname, out, (b, c, m), points.device)
+    feat_arg(fn, pname, points, (b, c, n))
+    i = idx_arg(fn, iname, idx, (b, m), n, points.device)
+    o = out_arg(fn, oname, out, (b, c, m), points.device)
     with torch.no_grad():
-        _write(o, gather_operation(points.detach(), i))
+        write(o, gather_operation(points.detach(), i))
 
 
 def _scatter(fn, b, c, n, m, grad, idx, grad_points, gname, iname, oname):
-    _feat(fn, gname, grad, (b, c, m))
-    i = _idx(fn, iname, idx, (b, m), n, grad.device)
-    g = _out(fn, oname, grad_points, (b, c, n), grad.device)
+    feat_arg(fn, gname, grad, (b, c, m))
+    i = idx_arg(fn, iname, idx, (b, m), n, grad.device)
+    g = out_arg(fn, oname, grad_points, (b, c, n), grad.device)
     _accumulate(g, i, grad)
 
 
@@ -550,7 +472,7 @@ def _accumulate(g, i, vals):
     with torch.no_grad():
         add = torch.zeros(B, C, N, dtype=g.dtype, device=g.device)
         add.scatter_add_(2, i.unsqueeze(1).expand(B, C, i.shape[1]), vals.to(g.dtype))
-        _write(g, add, accumulate=True)
+        write(g, add, accumulate=True)
 
 
 def gathering_forward_cuda(b, c, n, m, points, idx, out):
@@ -646,14 +568,14 @@ def interpolation_forward_cuda(b, c, m, n, points, idx, weight, out):
     """
     fn = "interpolation_forward_cuda (PointWeb)"
     b, c, m, n = _ints(fn, b=b, c=c, m=m, n=n)
-    _feat(fn, "points", points, (b, c, m))
-    i = _idx(fn, "idx", idx, (b, n, 3), m, points.device)
-    _feat(fn, "weight", weight, (b, n, 3))
+    feat_arg(fn, "points", points, (b, c, m))
+    i = idx_arg(fn, "idx", idx, (b, n, 3), m, points.device)
+    feat_arg(fn, "weight", weight, (b, n, 3))
     if weight.device != points.device:
         raise ValueError(f"{fn}: weight must be on {points.device} like points, got {weight.device}")
-    o = _out(fn, "out", out, (b, c, n), points.device)
+    o = out_arg(fn, "out", out, (b, c, n), points.device)
     with torch.no_grad():
-        _write(o, three_interpolate(points.detach(), i, weight.detach()))
+        write(o, three_interpolate(points.detach(), i, weight.detach()))
 
 
 def interpolation_backward_cuda(b, c, n, m, grad_out, idx, weight, grad_points):
@@ -673,12 +595,12 @@ def interpolation_backward_cuda(b, c, n, m, grad_out, idx, weight, grad_points):
     """
     fn = "interpolation_backward_cuda (PointWeb)"
     b, c, n, m = _ints(fn, b=b, c=c, n=n, m=m)
-    _feat(fn, "grad_out", grad_out, (b, c, n))
-    i = _idx(fn, "idx", idx, (b, n, 3), m, grad_out.device)
-    _feat(fn, "weight", weight, (b, n, 3))
+    feat_arg(fn, "grad_out", grad_out, (b, c, n))
+    i = idx_arg(fn, "idx", idx, (b, n, 3), m, grad_out.device)
+    feat_arg(fn, "weight", weight, (b, n, 3))
     if weight.device != grad_out.device:
         raise ValueError(f"{fn}: weight must be on {grad_out.device} like grad_out, got {weight.device}")
-    g = _out(fn, "grad_points", grad_points, (b, c, m), grad_out.device)
+    g = out_arg(fn, "grad_points", grad_points, (b, c, m), grad_out.device)
     with torch.no_grad():
         contrib = grad_out.unsqueeze(-1) * weight.to(grad_out.dtype).unsqueeze(1)  # (b, c, n, 3)
     _accumulate(g, i.view(b, n * 3), contrib.reshape(b, c, n * 3))
@@ -704,9 +626,9 @@ def labelstat_idx_cuda(b, n, m, nsample, nclass, label_stat, idx, new_label_stat
     fn = "labelstat_idx_cuda"
     b, n, m, nsample, nclass = _ints(fn, b=b, n=n, m=m, nsample=nsample, nclass=nclass)
     _labels(fn, "label_stat", label_stat, (b, n, nclass))
-    i = _idx(fn, "idx", idx, (b, m, nsample), n, label_stat.device)
-    out = _out(fn, "new_label_stat", new_label_stat, (b, m, nclass), label_stat.device, torch.int32)
-    _write(out, _label_sum(label_stat, i))
+    i = idx_arg(fn, "idx", idx, (b, m, nsample), n, label_stat.device)
+    out = out_arg(fn, "new_label_stat", new_label_stat, (b, m, nclass), label_stat.device, torch.int32)
+    write(out, _label_sum(label_stat, i))
 
 
 def labelstat_ballrange_cuda(b, n, m, radius, nclass, new_xyz, xyz, label_stat, new_label_stat):
@@ -728,11 +650,11 @@ def labelstat_ballrange_cuda(b, n, m, radius, nclass, new_xyz, xyz, label_stat, 
     fn = "labelstat_ballrange_cuda"
     b, n, m, nclass = _ints(fn, b=b, n=n, m=m, nclass=nclass)
     radius = _radius(fn, radius)
-    _feat(fn, "new_xyz", new_xyz, (b, m, 3))
-    _feat(fn, "xyz", xyz, (b, n, 3))
+    feat_arg(fn, "new_xyz", new_xyz, (b, m, 3))
+    feat_arg(fn, "xyz", xyz, (b, n, 3))
     _like(fn, "xyz", xyz, "new_xyz", new_xyz)
     _labels(fn, "label_stat", label_stat, (b, n, nclass), xyz.device)
-    out = _out(fn, "new_label_stat", new_label_stat, (b, m, nclass), xyz.device, torch.int32)
+    out = out_arg(fn, "new_label_stat", new_label_stat, (b, m, nclass), xyz.device, torch.int32)
     res = torch.zeros(b, m, nclass, dtype=torch.int32, device=xyz.device)
     if n > 0 and b * m * nclass > 0:
         step = max(1, (1 << 22) // max(1, b * n * nclass))
@@ -740,7 +662,7 @@ def labelstat_ballrange_cuda(b, n, m, radius, nclass, new_xyz, xyz, label_stat, 
             hits = _ball(radius, n, new_xyz[:, s:s + step], xyz)
             if hits is not None:
                 res[:, s:s + step] = _label_sum(label_stat, hits, hits >= 0)
-    _write(out, res)
+    write(out, res)
 
 
 def labelstat_and_ballquery_cuda(b, n, m, radius, nsample, nclass, new_xyz, xyz, label_stat, idx, new_label_stat):
@@ -764,15 +686,15 @@ def labelstat_and_ballquery_cuda(b, n, m, radius, nsample, nclass, new_xyz, xyz,
     fn = "labelstat_and_ballquery_cuda"
     b, n, m, nsample, nclass = _ints(fn, b=b, n=n, m=m, nsample=nsample, nclass=nclass)
     radius = _radius(fn, radius)
-    _feat(fn, "new_xyz", new_xyz, (b, m, 3))
-    _feat(fn, "xyz", xyz, (b, n, 3))
+    feat_arg(fn, "new_xyz", new_xyz, (b, m, 3))
+    feat_arg(fn, "xyz", xyz, (b, n, 3))
     _like(fn, "xyz", xyz, "new_xyz", new_xyz)
     _labels(fn, "label_stat", label_stat, (b, n, nclass), xyz.device)
-    i_out = _out(fn, "idx", idx, (b, m, nsample), xyz.device, torch.int32)
-    l_out = _out(fn, "new_label_stat", new_label_stat, (b, m, nclass), xyz.device, torch.int32)
+    i_out = out_arg(fn, "idx", idx, (b, m, nsample), xyz.device, torch.int32)
+    l_out = out_arg(fn, "new_label_stat", new_label_stat, (b, m, nclass), xyz.device, torch.int32)
     raw = _ball(radius, nsample, new_xyz, xyz)
     if raw is None:
-        _write(l_out, torch.zeros(b, m, nclass, dtype=torch.int32, device=xyz.device))
+        write(l_out, torch.zeros(b, m, nclass, dtype=torch.int32, device=xyz.device))
         return
-    _write(l_out, _label_sum(label_stat, raw, raw >= 0))
+    write(l_out, _label_sum(label_stat, raw, raw >= 0))
     _write_balls(i_out, raw)

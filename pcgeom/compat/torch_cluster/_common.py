@@ -1,0 +1,83 @@
+"""What the torch_cluster stand-in's modules share: input coercion, batch / CSR offsets, index checks."""
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from pcgeom.graph import batch_to_offsets
+
+
+ORDERS = ("index", "distance")
+INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+
+def as_2d(x: Tensor) -> Tensor:
+    return x.view(-1, 1) if x.dim() == 1 else x
+
+
+def count_clouds(batch_x, batch_y, batch_size):
+    if batch_size is not None:
+        return int(batch_size)
+    b = 1
+    for bt in (batch_x, batch_y):
+        if bt is not None and bt.numel():
+            b = max(b, int(bt.max()) + 1)
+    return b
+
+
+def cloud_offsets(fn, name, batch, n, device, B):
+    if isinstance(batch, torch.Tensor):
+        batch = batch.contiguous()
+    return batch_to_offsets(fn, name, batch, n, device, n_clouds=B)
+
+
+def ptr_offsets(fn: str, name: str, ptr: Optional[Tensor], n: int, device) -> Tensor:
+    """torch_cluster's CSR ``ptr (B + 1,)`` -> pcgeom's cumulative end offsets ``(B,)``."""
+    if ptr is None:
+        return torch.full((1,), n, dtype=torch.int64, device=device)
+    if not isinstance(ptr, torch.Tensor) or ptr.dtype not in INT_DTYPES or ptr.dim() != 1 or ptr.shape[0] < 2:
+        raise ValueError(f"{fn}: {name} must be an integer tensor of CSR boundaries [0, ..., {n}] with at least "
+                         f"2 entries, got {ptr.dtype if isinstance(ptr, torch.Tensor) else type(ptr).__name__} "
+                         f"of shape {tuple(ptr.shape) if isinstance(ptr, torch.Tensor) else '?'}")
+    ptr = ptr.to(device=device, dtype=torch.int64)
+    if int(ptr[0]) != 0:
+        raise ValueError(f"{fn}: {name} must start at 0 (CSR boundaries), got {name}[0]={int(ptr[0])}")
+    return ptr[1:]
+
+
+def as_float(x: Tensor) -> Tensor:
+    return x if x.is_floating_point() else x.to(torch.get_default_dtype())
+
+
+def normalise(x: Tensor) -> Tensor:
+    return x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)
+
+
+def empty_edges(device) -> Tensor:
+    return torch.empty(2, 0, dtype=torch.long, device=device)
+
+def check_index(fn: str, name: str, t, device=None) -> Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{fn}: {name} must be a 1-D int64 tensor, got {type(t).__name__}")
+    if t.dtype != torch.int64 or t.dim() != 1:
+        raise ValueError(f"{fn}: {name} must be a 1-D int64 tensor, got {t.dtype} of shape {tuple(t.shape)}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{fn}: {name} must be on {device}, got {t.device}")
+    return t
+
+
+def check_rowptr_col(fn: str, rowptr: Tensor, col: Tensor) -> int:
+    check_index(fn, "rowptr", rowptr)
+    check_index(fn, "col", col, rowptr.device)
+    if rowptr.numel() < 1:
+        raise ValueError(f"{fn}: rowptr must have num_nodes + 1 >= 1 entries, got 0")
+    n = rowptr.numel() - 1
+    checks = [int(rowptr[0]), int(rowptr[-1]), int((torch.diff(rowptr) < 0).sum())]
+    if checks[0] != 0 or checks[1] != col.numel() or checks[2]:
+        raise ValueError(f"{fn}: rowptr must be non-decreasing CSR boundaries from 0 to col.numel()={col.numel()}, "
+                         f"got rowptr[0]={checks[0]}, rowptr[-1]={checks[1]}")
+    if col.numel() and (int(col.min()) < 0 or int(col.max()) >= n):
+        raise ValueError(f"{fn}: col values must be in [0, {n}) (num_nodes = rowptr.numel() - 1), "
+                         f"got [{int(col.min())}, {int(col.max())}]")
+    return n

@@ -1,0 +1,52 @@
+"""``torch_cluster.grid``: ``grid_cluster`` (torch_cluster 1.6.3 ``grid.py``)."""
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+__all__ = ["grid_cluster"]
+
+
+def grid_cluster(pos: Tensor, size: Tensor, start: Optional[Tensor] = None, end: Optional[Tensor] = None) -> Tensor:
+    """Voxel id of every point of a grid of cell ``size`` over ``start..end``.
+
+    torch_cluster's formula, any dtype: voxel ``trunc((pos - start) / size)``
+    per axis, linearised with the first axis fastest over
+    ``trunc((end - start) / size) + 1`` cells per axis.
+
+    Args:
+        pos: ``(N, D)`` (or ``(N,)``) positions.
+        size: ``(D,)`` cell size per axis.
+        start: optional ``(D,)`` grid origin (default ``pos.min(0)``).
+        end: optional ``(D,)`` grid end (default ``pos.max(0)``).
+
+    Returns:
+        ``(N,)`` int64 voxel ids.
+
+    Example:
+        >>> import torch
+        >>> from pcgeom.compat.torch_cluster import grid_cluster
+        >>> pos = torch.tensor([[0.0, 0.0], [11, 9], [2, 8], [2, 2], [8, 3]])
+        >>> grid_cluster(pos, torch.tensor([5.0, 5.0])).tolist()
+        [0, 5, 3, 0, 1]
+    """
+    pos = pos.view(pos.size(0), -1)
+    if size.numel() != pos.size(1):
+        raise ValueError(f"grid_cluster: size must have one entry per axis of pos ({pos.size(1)}), got {size.numel()}")
+    if start is None:
+        s = pos.min(0)[0]
+    else:
+        s = start
+    if end is None:
+        e = pos.max(0)[0]
+    else:
+        e = end
+    pos = pos - s.unsqueeze(0)
+    num_voxels = torch.true_divide(e - s, size).to(torch.long) + 1
+    num_voxels = num_voxels.cumprod(0)
+    num_voxels = torch.cat([torch.ones(1, dtype=num_voxels.dtype, device=num_voxels.device), num_voxels], 0)
+    num_voxels = num_voxels.narrow(0, 0, size.size(0))
+    out = torch.true_divide(pos, size.view(1, -1)).to(torch.long)
+    out = out * num_voxels.view(1, -1)
+    return out.sum(1)

@@ -1,0 +1,107 @@
+"""``torch_cluster.knn``: ``knn`` and ``knn_graph`` (torch_cluster 1.6.3 ``knn.py``)."""
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from pcgeom.compat.torch_cluster._common import as_2d, as_float, cloud_offsets, count_clouds, empty_edges, normalise
+from pcgeom.graph import knn_graph as _pc_knn_graph
+from pcgeom.ops import knn as _knn
+
+__all__ = ["knn", "knn_graph"]
+
+
+def knn_offsets(x: Tensor, y: Tensor, k: int, xo: Tensor, yo: Tensor, cosine: bool) -> Tensor:
+    if x.numel() == 0 or y.numel() == 0:
+        return empty_edges(x.device)
+    x, y = as_float(as_2d(x)), as_float(as_2d(y))
+    if y.dtype != x.dtype:
+        y = y.to(x.dtype)
+    if cosine:
+        x, y = normalise(x), normalise(y)
+    _, idx = _knn(y.contiguous(), x.contiguous(), k, query_offsets=yo, points_offsets=xo)
+    keep = idx >= 0
+    row = torch.arange(idx.shape[0], device=idx.device)[:, None].expand_as(idx)
+    return torch.stack([row[keep], idx[keep]], 0)
+
+
+@torch.jit.ignore
+def _knn_impl(x: Tensor, y: Tensor, k: int, batch_x: Optional[Tensor], batch_y: Optional[Tensor],
+              cosine: bool, batch_size: Optional[int]) -> Tensor:
+    if x.numel() == 0 or y.numel() == 0:
+        return empty_edges(x.device)
+    x, y = as_2d(x), as_2d(y)
+    B = count_clouds(batch_x, batch_y, batch_size)
+    xo = cloud_offsets("knn", "batch_x", batch_x, x.shape[0], x.device, B)
+    yo = cloud_offsets("knn", "batch_y", batch_y, y.shape[0], x.device, B)
+    return knn_offsets(x, y, k, xo, yo, cosine)
+
+
+def knn(x: Tensor, y: Tensor, k: int, batch_x: Optional[Tensor] = None, batch_y: Optional[Tensor] = None,
+        cosine: bool = False, num_workers: int = 1, batch_size: Optional[int] = None) -> Tensor:
+    """For each row of ``y`` its ``k`` nearest rows of ``x`` in the same cloud.
+
+    Args:
+        x: ``(N, F)`` (or ``(N,)``) points searched.
+        y: ``(M, F)`` (or ``(M,)``) queries.
+        k: neighbours per query (fewer when a cloud of ``x`` is smaller).
+        batch_x: optional sorted int ``(N,)`` cloud ids of ``x``.
+        batch_y: optional sorted int ``(M,)`` cloud ids of ``y``.
+        cosine: rank by cosine distance instead of Euclidean (every device).
+        num_workers: ignored (pcgeom's kernels use torch's thread pool).
+        batch_size: the number of clouds ``B``; computed from ``batch_x`` /
+            ``batch_y`` when None.
+
+    Returns:
+        ``edge_index (2, E)`` int64 ``[y index, x index]``, grouped by ``y``
+        ascending, nearest first, ties to the lower index.
+
+    Example:
+        >>> import torch
+        >>> from pcgeom.compat.torch_cluster import knn
+        >>> x = torch.tensor([[-1.0, -1], [-1, 1], [1, -1], [1, 1]])
+        >>> knn(x, torch.tensor([[-1.0, 0], [1, 0]]), 2).tolist()
+        [[0, 0, 1, 1], [0, 1, 2, 3]]
+    """
+    return _knn_impl(x, y, k, batch_x, batch_y, cosine, batch_size)
+
+
+@torch.jit.ignore
+def _knn_graph_impl(x: Tensor, k: int, batch: Optional[Tensor], loop: bool, flow: str, cosine: bool,
+                    batch_size: Optional[int]) -> Tensor:
+    if flow not in ("source_to_target", "target_to_source"):
+        raise ValueError(f"knn_graph: flow must be 'source_to_target' or 'target_to_source', got {flow!r}")
+    x = as_float(as_2d(x))
+    if x.numel() == 0:
+        return empty_edges(x.device)
+    if cosine:
+        x = normalise(x)
+    return _pc_knn_graph(x, k, batch=batch, loop=loop, flow=flow)
+
+
+def knn_graph(x: Tensor, k: int, batch: Optional[Tensor] = None, loop: bool = False,
+              flow: str = "source_to_target", cosine: bool = False, num_workers: int = 1,
+              batch_size: Optional[int] = None) -> Tensor:
+    """Edges to the ``k`` nearest nodes of the same cloud (:func:`pcgeom.knn_graph`).
+
+    Args:
+        x: ``(N, F)`` node positions / features.
+        k: neighbours per node.
+        batch: optional sorted int ``(N,)`` cloud ids.
+        loop: include the node itself (default False).
+        flow: ``"source_to_target"`` (``[neighbour, centre]``) or ``"target_to_source"``.
+        cosine: rank by cosine distance.
+        num_workers: ignored.
+        batch_size: ignored (the clouds come from ``batch``).
+
+    Returns:
+        ``edge_index (2, E)`` int64 grouped by centre, nearest first, ties to the lower index.
+
+    Example:
+        >>> import torch
+        >>> from pcgeom.compat.torch_cluster import knn_graph
+        >>> knn_graph(torch.tensor([[0.0], [1.0], [3.0]]), 1).tolist()
+        [[1, 0, 1], [0, 1, 2]]
+    """
+    return _knn_graph_impl(x, k, batch, loop, flow, cosine, batch_size)
