@@ -14,11 +14,25 @@ import numbers
 import torch
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
-def _shape(t) -> str:
+def shape_str(t) -> str:
+    """``t``'s shape as ``(2, 3)``, for error messages."""
     return str(tuple(int(s) for s in t.shape))
+
+
+def acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The accumulation dtype of pcgeom's distance math: float64 for float64 inputs, float32 otherwise."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def safe_sqrt(x: torch.Tensor) -> torch.Tensor:
+    """sqrt whose gradient at an exact 0 is 0 instead of inf (inf * 0 would give NaN).
+
+    Only an exact 0 maps to 0: a NaN stays NaN (pcgeom's rule: NaN propagates)."""
+    pos = x > 0
+    return torch.where(pos, torch.where(pos, x, torch.ones_like(x)).sqrt(), torch.where(x == 0, torch.zeros_like(x), x))
 
 
 def compiling() -> bool:
@@ -29,7 +43,7 @@ def check_tensor(fn: str, name: str, t, ndim: int, layout: str) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{fn}: {name} must be a torch.Tensor of shape {layout}, got {type(t).__name__}")
     if t.dim() != ndim:
-        raise ValueError(f"{fn}: {name} must have shape {layout}, got {_shape(t)}")
+        raise ValueError(f"{fn}: {name} must have shape {layout}, got {shape_str(t)}")
 
 
 def check_points(fn: str, name: str, t, layout: str = "(B, N, D)") -> None:
@@ -40,7 +54,7 @@ def check_points(fn: str, name: str, t, layout: str = "(B, N, D)") -> None:
             f"{fn}: {name} must be float16, bfloat16, float32 or float64, got {t.dtype}"
         )
     if t.shape[2] < 1:
-        raise ValueError(f"{fn}: {name} must have at least one coordinate (D >= 1), got shape {_shape(t)}")
+        raise ValueError(f"{fn}: {name} must have at least one coordinate (D >= 1), got shape {shape_str(t)}")
 
 
 def check_pair(fn: str, qname: str, q: torch.Tensor, pname: str, p: torch.Tensor) -> None:
@@ -48,7 +62,7 @@ def check_pair(fn: str, qname: str, q: torch.Tensor, pname: str, p: torch.Tensor
     if p.shape[0] != q.shape[0] or p.shape[2] != q.shape[2]:
         raise ValueError(
             f"{fn}: {pname} must have shape (B, N, D) with the B and D of {qname} "
-            f"({q.shape[0]}, *, {q.shape[2]}), got {_shape(p)}"
+            f"({q.shape[0]}, *, {q.shape[2]}), got {shape_str(p)}"
         )
     if p.dtype != q.dtype:
         raise TypeError(f"{fn}: {qname} and {pname} must have the same dtype, got {q.dtype} and {p.dtype}")
@@ -92,10 +106,10 @@ def lengths_arg(fn: str, name: str, lengths, B: int, max_len: int, device) -> to
             lengths = torch.as_tensor(lengths)
         except Exception as exc:
             raise TypeError(f"{fn}: {name} must be an integer tensor of shape ({B},), got {type(lengths).__name__}") from exc
-    if lengths.dtype not in _INT_DTYPES:
+    if lengths.dtype not in INT_DTYPES:
         raise TypeError(f"{fn}: {name} must be an integer tensor of shape ({B},), got dtype {lengths.dtype}")
     if lengths.dim() != 1 or lengths.shape[0] != B:
-        raise ValueError(f"{fn}: {name} must have shape ({B},), got {_shape(lengths)}")
+        raise ValueError(f"{fn}: {name} must have shape ({B},), got {shape_str(lengths)}")
     if B > 0:
         check_host_readable(fn, name, lengths, device)
     lengths = lengths.to(device=device, dtype=torch.int64)

@@ -11,26 +11,18 @@ _KINDS = ("l2", "l1")
 _REDUCTIONS = ("mean", "sum", "none")
 
 
-def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _safe_sqrt(d2: torch.Tensor) -> torch.Tensor:
-    """sqrt whose gradient at 0 is 0 instead of inf (inf * 0 would give NaN).
-
-    Only an exact 0 maps to 0: a NaN distance (NaN coordinates) stays NaN, as in ``kind="l2"``."""
-    pos = d2 > 0
-    return torch.where(pos, torch.where(pos, d2, torch.ones_like(d2)).sqrt(), torch.where(d2 == 0, torch.zeros_like(d2), d2))
 
 
 def _directed(query, points, query_lengths, points_lengths, valid, kind):
     """Per-cloud mean over valid query points of the (squared) distance to the nearest point."""
-    acc = _acc_dtype(query.dtype)
+    acc = V.acc_dtype(query.dtype)
     # float16/bfloat16 search in float32 (the neighbours are the same: knn ranks in float32 anyway) so that the
     # squared distances are not rounded to the half dtype, where they underflow to 0 or overflow to inf while
     # the distances themselves fit (1e-4 or 3e4 in float16): kind="l1" would return 0 or inf.
     d2 = knn(query.to(acc), points.to(acc), 1, query_lengths=query_lengths, points_lengths=points_lengths).dist2[..., 0]
-    d = _safe_sqrt(d2) if kind == "l1" else d2
+    d = V.safe_sqrt(d2) if kind == "l1" else d2
     if valid is None:
         return d.mean(dim=1)
     # Padded rows hold +inf: select, never multiply (inf * 0 = NaN).
@@ -98,7 +90,7 @@ def chamfer_distance(x, y, *, x_lengths=None, y_lengths=None, kind="l2", reducti
     M = y.shape[1]
     if N == 0 or M == 0:
         raise ValueError(
-            f"{fn}: both clouds need at least one point, got x of shape {V._shape(x)} and y of shape {V._shape(y)}"
+            f"{fn}: both clouds need at least one point, got x of shape {V.shape_str(x)} and y of shape {V.shape_str(y)}"
         )
     xl = None if x_lengths is None else V.lengths_arg(fn, "x_lengths", x_lengths, B, N, x.device)
     yl = None if y_lengths is None else V.lengths_arg(fn, "y_lengths", y_lengths, B, M, x.device)

@@ -261,15 +261,13 @@ def _all_reduce_sum(g: _Group, t: torch.Tensor) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------- search
-def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def _normalize_rows(x: torch.Tensor) -> torch.Tensor:
     """Rows scaled to unit L2 norm in the accumulation dtype, then rounded back to
     ``x.dtype``; rows of zeros stay zero.  The normalisation of
     ``KNNClassifier(metric="cosine")`` (which calls this function)."""
-    acc = _acc_dtype(x.dtype)
+    acc = V.acc_dtype(x.dtype)
     xa = x.to(acc)
     # Divide by max(|x|, tiny) so zero rows stay zero (no NaN, no gradient blow-up).
     norm = torch.linalg.vector_norm(xa, dim=-1, keepdim=True).clamp_min(torch.finfo(acc).tiny)
@@ -289,7 +287,7 @@ def _local_topk(q: torch.Tensor, shard: torch.Tensor, k: int, metric: str, chunk
     """
     M = q.shape[0]
     n, D = shard.shape
-    acc = _acc_dtype(q.dtype)
+    acc = V.acc_dtype(q.dtype)
     out_d = torch.full((M, k), float("inf"), dtype=acc, device=q.device)
     out_i = torch.full((M, k), -1, dtype=torch.int64, device=q.device)
     if M == 0 or n == 0:
@@ -375,7 +373,7 @@ def _sharded_search(fn: str, g: _Group, prepare: Callable[[], tuple[torch.Tensor
         raise ValueError(f"{fn}: k={k} is larger than the gallery ({total} items{k_within_gallery}); "
                          "add items with add() or lower k")
     M = q.shape[0]
-    acc = _acc_dtype(q.dtype)
+    acc = V.acc_dtype(q.dtype)
     if M == 0:
         return (torch.empty((0, k), dtype=acc, device=q.device),
                 torch.empty((0, k), dtype=torch.int64, device=q.device), sizes, q)
@@ -462,10 +460,10 @@ def knn(query, shard, k, *, group=None, metric: str = "l2") -> KNNResult:
             if t.dtype not in _DTYPES:
                 raise TypeError(f"{fn}: {name} must be float16, bfloat16, float32 or float64, got {t.dtype}")
         if query.shape[1] < 1:
-            raise ValueError(f"{fn}: query must have at least one feature (D >= 1), got shape {V._shape(query)}")
+            raise ValueError(f"{fn}: query must have at least one feature (D >= 1), got shape {V.shape_str(query)}")
         if shard.shape[1] != query.shape[1]:
             raise ValueError(f"{fn}: shard must have shape (N_r, {query.shape[1]}) with the D of query, "
-                             f"got {V._shape(shard)}")
+                             f"got {V.shape_str(shard)}")
         if shard.dtype != query.dtype:
             raise TypeError(f"{fn}: query and shard must have the same dtype, got {query.dtype} and {shard.dtype}")
         if shard.device != query.device:

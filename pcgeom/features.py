@@ -59,7 +59,7 @@ def fill_missing(idx: torch.Tensor) -> torch.Tensor:
     if idx.dtype != torch.int64:
         raise TypeError(f"{fn}: idx must be int64, got {idx.dtype}")
     if idx.dim() < 1 or idx.shape[-1] < 1:
-        raise ValueError(f"{fn}: idx must have shape (..., k) with k >= 1, got {V._shape(idx)}")
+        raise ValueError(f"{fn}: idx must have shape (..., k) with k >= 1, got {V.shape_str(idx)}")
     return torch.where(idx < 0, idx[..., :1], idx)
 
 
@@ -108,13 +108,13 @@ def group_features(points, centers, idx, features=None, *, use_points=True) -> t
     V.check_index_tensor(fn, "idx", idx, 3, "(B, S, k)")
     B, S = centers.shape[0], centers.shape[1]
     if idx.shape[0] != B or idx.shape[1] != S:
-        raise ValueError(f"{fn}: idx must have shape (B, S, k) = ({B}, {S}, k) like centers, got {V._shape(idx)}")
+        raise ValueError(f"{fn}: idx must have shape (B, S, k) = ({B}, {S}, k) like centers, got {V.shape_str(idx)}")
     if features is not None:
         V.check_tensor(fn, "features", features, 3, "(B, N, C)")
         if features.shape[0] != B or features.shape[1] != points.shape[1]:
             raise ValueError(
                 f"{fn}: features must have shape (B, N, C) = ({B}, {points.shape[1]}, C) like points, "
-                f"got {V._shape(features)}"
+                f"got {V.shape_str(features)}"
             )
         if features.dtype != points.dtype or features.device != points.device:
             raise TypeError(
@@ -133,11 +133,6 @@ def group_features(points, centers, idx, features=None, *, use_points=True) -> t
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
 
-def _safe_sqrt(x: torch.Tensor) -> torch.Tensor:
-    # sqrt has an infinite slope at 0; the double where keeps the gradient of
-    # an exact hit at 0 instead of NaN (0 * inf).
-    pos = x > 0
-    return torch.where(pos, torch.where(pos, x, 1).sqrt(), 0)
 
 
 def interpolate_features(query, points, features, k=3, *, eps=1e-8, points_lengths=None) -> torch.Tensor:
@@ -186,7 +181,7 @@ def interpolate_features(query, points, features, k=3, *, eps=1e-8, points_lengt
     if features.shape[0] != points.shape[0] or features.shape[1] != points.shape[1]:
         raise ValueError(
             f"{fn}: features must have shape (B, N, C) = ({points.shape[0]}, {points.shape[1]}, C) like points, "
-            f"got {V._shape(features)}"
+            f"got {V.shape_str(features)}"
         )
     if features.dtype != points.dtype or features.device != points.device:
         raise TypeError(
@@ -199,6 +194,6 @@ def interpolate_features(query, points, features, k=3, *, eps=1e-8, points_lengt
         raise ValueError(f"{fn}: eps must be > 0, got {eps}")
     res = knn(query, points, k, points_lengths=points_lengths)
     # Missing neighbours have dist2 = +inf, hence weight 0, and gather zeros.
-    recip = 1.0 / (_safe_sqrt(res.dist2) + eps)
+    recip = 1.0 / (V.safe_sqrt(res.dist2) + eps)
     weight = recip / recip.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(recip.dtype).tiny)
     return (knn_gather(features, res.idx) * weight.unsqueeze(-1)).sum(dim=2)

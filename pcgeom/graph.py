@@ -21,7 +21,6 @@ import torch
 from pcgeom import _validation as V
 from pcgeom.ops import ball_query, knn
 
-_INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 _FLOWS = ("source_to_target", "target_to_source")
 
 
@@ -44,7 +43,7 @@ def batch_to_offsets(fn: str, name: str, batch, n: int, device, n_clouds: int | 
     """
     if batch is None:
         return torch.full((1 if n_clouds is None else n_clouds,), n, dtype=torch.int64, device=device)
-    if not isinstance(batch, torch.Tensor) or batch.dtype not in _INT_DTYPES:
+    if not isinstance(batch, torch.Tensor) or batch.dtype not in V.INT_DTYPES:
         raise TypeError(f"{fn}: {name} must be an integer tensor of shape ({n},), got "
                         f"{batch.dtype if isinstance(batch, torch.Tensor) else type(batch).__name__}")
     if batch.dim() != 1 or batch.shape[0] != n:

@@ -17,7 +17,7 @@ import torch
 
 from pcgeom import _validation as V
 from pcgeom.ops.packed import offsets_arg
-from pcgeom.segment import _extreme_values, _grouped
+from pcgeom.segment import extreme_values, grouped_rows
 
 _REDUCE = ("first", "mean", "nearest_to_center")
 # The table path (no sort) is used when the box of occupied cells has at most
@@ -78,7 +78,7 @@ def voxel_coords(fn, points, voxel_size, offsets, start):
             st = p.min(0, keepdim=True).values.to(torch.float64) if N else p.new_zeros((1, D), dtype=torch.float64)
         else:
             # Per-cloud minimum (empty clouds: 0); bid is sorted (clouds are contiguous).
-            st = _extreme_values(p.to(torch.float64), bid, B, "min")
+            st = extreme_values(p.to(torch.float64), bid, B, "min")
     else:
         st = _per_dim(fn, "start", start, D, dev, False)
         if st.dim() == 0:
@@ -266,7 +266,7 @@ def grid_subsample(points, voxel_size, *, offsets=None, reduce="first", start=No
         for c in range(1, D):
             d = d + diff[:, c] * diff[:, c]
         # The lowest point index attaining each voxel's minimum distance.
-        _, arg, _ = _grouped(fn, d[:, None], cluster, nv, "min", True)
+        _, arg, _ = grouped_rows(fn, d[:, None], cluster, nv, "min", True)
         index = arg[:, 0]
     else:
         index = first
@@ -288,5 +288,5 @@ def _segment_mean(x, cluster, nv, counts):
     # Summed in float64 by pcgeom.segment (sorted, one sequential pass per
     # voxel, no atomics): the same bits on every run; float16/bfloat16/float32
     # sums are exact unless one voxel mixes magnitudes more than 2**29 apart.
-    acc, _, _ = _grouped("grid_subsample", x.to(torch.float64), cluster, nv, "sum", False)
+    acc, _, _ = grouped_rows("grid_subsample", x.to(torch.float64), cluster, nv, "sum", False)
     return (acc / counts).to(x.dtype)

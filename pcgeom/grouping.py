@@ -27,13 +27,13 @@ from pcgeom import _pointnet2_kernel as pointnet2_kernel
 from pcgeom import _validation as V
 from pcgeom.ops import farthest_point_sample, knn
 
-_FPS_MODES = ("exact", "pointnet2")
+FPS_MODES = ("exact", "pointnet2")
 _ORDERS = (None, "pointgpt")
 
 
 
 def _context(fn: str, points, **params) -> str:
-    shape = V._shape(points) if isinstance(points, torch.Tensor) else type(points).__name__
+    shape = V.shape_str(points) if isinstance(points, torch.Tensor) else type(points).__name__
     args = ", ".join(f"{k}={v!r}" for k, v in params.items())
     return f"points of shape {shape}, {args}"
 
@@ -82,11 +82,11 @@ def pointnet2_fps(points: torch.Tensor, n_samples: int) -> torch.Tensor:
     fn = "pointnet2_fps"
     V.check_points(fn, "points", points, "(B, N, 3)")
     if points.shape[2] != 3:
-        raise ValueError(f"{fn}: points must have shape (B, N, 3), got {V._shape(points)}")
+        raise ValueError(f"{fn}: points must have shape (B, N, 3), got {V.shape_str(points)}")
     n_samples = V.check_int(fn, "n_samples", n_samples, minimum=1)
     B, N, _ = points.shape
     if not isinstance(N, torch.SymInt) and not isinstance(n_samples, torch.SymInt) and n_samples > N:
-        raise ValueError(f"{fn}: n_samples={n_samples} exceeds the number of points N={N} (points shape {V._shape(points)})")
+        raise ValueError(f"{fn}: n_samples={n_samples} exceeds the number of points N={N} (points shape {V.shape_str(points)})")
     return pointnet2_kernel.fps(points, n_samples)
 
 
@@ -146,7 +146,7 @@ def _pointgpt_order_fake(centers):
     return centers.new_empty(centers.shape[:2], dtype=torch.int64)
 
 
-def _gather_points(points: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+def gather_points(points: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """``points[b, idx[b, ...]]`` for any index shape, differentiable w.r.t. points.
 
     Only for indices known to be in ``[0, N)`` (FPS and KNN results with
@@ -256,8 +256,8 @@ def group_patches(points, n_centers, k, *, return_index=False, fps="exact", orde
         k = V.check_int(fn, "k", k, minimum=1)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{exc} ({ctx()})") from exc
-    if fps not in _FPS_MODES:
-        raise ValueError(f"{fn}: fps must be one of {_FPS_MODES}, got {fps!r} ({ctx()})")
+    if fps not in FPS_MODES:
+        raise ValueError(f"{fn}: fps must be one of {FPS_MODES}, got {fps!r} ({ctx()})")
     if order not in _ORDERS:
         raise ValueError(f"{fn}: order must be None or 'pointgpt', got {order!r} ({ctx()})")
     B, N, D = points.shape
@@ -267,10 +267,10 @@ def group_patches(points, n_centers, k, *, return_index=False, fps="exact", orde
         raise ValueError(f"{fn}: k={k} exceeds the number of points N={N} ({ctx()})")
     if fps == "pointnet2" and D != 3:
         raise ValueError(f"{fn}: fps='pointnet2' needs 3-D points (B, N, 3) like pointnet2_ops ({ctx()})")
-    return _group(points, n_centers, k, return_index, fps, order)
+    return group_patches_impl(points, n_centers, k, return_index, fps, order)
 
 
-def _group(points, n_centers, k, return_index, fps, order, center_first=True):
+def group_patches_impl(points, n_centers, k, return_index, fps, order, center_first=True):
     """The grouping itself, on validated arguments.
 
     ``center_first=False`` keeps the plain KNN order (ties to the lower index
@@ -283,15 +283,15 @@ def _group(points, n_centers, k, return_index, fps, order, center_first=True):
         center_idx = pointnet2_kernel.fps(points, n_centers)
     if order == "pointgpt":
         # The chain only depends on the centres, so order them before the KNN.
-        centers = _gather_points(points.detach(), center_idx)
+        centers = gather_points(points.detach(), center_idx)
         center_idx = center_idx.gather(1, _pointgpt_order(centers))
-    centers = _gather_points(points, center_idx)
+    centers = gather_points(points, center_idx)
     _, idx = knn(centers.detach(), points.detach(), k)
     if center_first:
         idx = _center_first(idx, center_idx)
     # In place on the fresh gather output: ~3x faster than allocating another
     # (B, G, k, D) tensor, and autograd-safe (gather does not save its output).
-    neighborhoods = _gather_points(points, idx).sub_(rearrange(centers, "b g d -> b g 1 d"))
+    neighborhoods = gather_points(points, idx).sub_(rearrange(centers, "b g d -> b g 1 d"))
     if return_index:
         return neighborhoods, centers, center_idx, idx
     return neighborhoods, centers

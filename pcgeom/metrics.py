@@ -71,7 +71,7 @@ def _poses_and_model(fn, pred_R, pred_t, gt_R, gt_t, model_points, model_lengths
         if t.dim() != ndim or tuple(int(s) for s in t.shape) != sizes:
             raise ValueError(f"{fn}: {name} must have shape {layout}"
                              + (f" with B={sizes[0]}" if not unbatched and name != "pred_R" else "")
-                             + f", got {V._shape(t)}")
+                             + f", got {V.shape_str(t)}")
     if unbatched:
         pred_R, pred_t, gt_R, gt_t = pred_R[None], pred_t[None], gt_R[None], gt_t[None]
     B = int(pred_R.shape[0])
@@ -87,9 +87,9 @@ def _poses_and_model(fn, pred_R, pred_t, gt_R, gt_t, model_points, model_lengths
         model = model_points
     else:
         raise ValueError(f"{fn}: model_points must have shape (Nm, 3) or (B, Nm, 3) with B={B}, "
-                         f"got {V._shape(model_points)}")
+                         f"got {V.shape_str(model_points)}")
     if model.shape[1] == 0:
-        raise ValueError(f"{fn}: model_points must hold at least one point, got shape {V._shape(model_points)}")
+        raise ValueError(f"{fn}: model_points must hold at least one point, got shape {V.shape_str(model_points)}")
     lengths = None
     if model_lengths is not None:
         lengths = V.lengths_arg(fn, "model_lengths", model_lengths, B, int(model.shape[1]), model.device)
@@ -240,7 +240,7 @@ def add_or_add_s(pred_R, pred_t, gt_R, gt_t, model_points, symmetric, *, model_l
     d_add = add(pred_R, pred_t, gt_R, gt_t, model_points, model_lengths=model_lengths)
     if tuple(symmetric.shape) != tuple(d_add.shape):
         raise ValueError(f"{fn}: symmetric must have shape {tuple(d_add.shape)} (one flag per pose), "
-                         f"got {V._shape(symmetric)}")
+                         f"got {V.shape_str(symmetric)}")
     if not bool(symmetric.any()):
         return d_add
     d_adds = add_s(pred_R, pred_t, gt_R, gt_t, model_points, model_lengths=model_lengths)
@@ -278,7 +278,7 @@ def object_diameter(model_points, *, model_lengths=None) -> torch.Tensor:
     pts = model_points[None] if single else model_points
     if pts.dim() != 3 or pts.shape[2] != 3 or pts.shape[1] == 0:
         raise ValueError(f"{fn}: model_points must have shape (Nm, 3) or (B, Nm, 3) with Nm >= 1, "
-                         f"got {V._shape(model_points)}")
+                         f"got {V.shape_str(model_points)}")
     if single and model_lengths is not None:
         raise ValueError(f"{fn}: model_lengths needs batched model_points (B, Nm, 3)")
     B, N = int(pts.shape[0]), int(pts.shape[1])
@@ -312,7 +312,7 @@ def _distances(fn: str, distances) -> torch.Tensor:
         except Exception as exc:
             raise TypeError(f"{fn}: distances must be a 1-D tensor of pose errors, got {type(distances).__name__}") from exc
     if distances.dim() != 1:
-        raise ValueError(f"{fn}: distances must have shape (N,), got {V._shape(distances)}")
+        raise ValueError(f"{fn}: distances must have shape (N,), got {V.shape_str(distances)}")
     if not distances.is_floating_point():
         distances = distances.to(torch.float64)
     if distances.numel() == 0:
@@ -350,7 +350,7 @@ def accuracy(distances, threshold) -> torch.Tensor:
     if isinstance(threshold, torch.Tensor):
         if threshold.dim() not in (0, 1) or (threshold.dim() == 1 and threshold.shape[0] != d.shape[0]):
             raise ValueError(f"{fn}: threshold must be a number or have shape ({d.shape[0]},), "
-                             f"got {V._shape(threshold)}")
+                             f"got {V.shape_str(threshold)}")
         thr = threshold.detach().to(device=d.device, dtype=torch.float64)
     elif isinstance(threshold, numbers.Real) and not isinstance(threshold, bool):
         thr = torch.tensor(float(threshold), dtype=torch.float64, device=d.device)

@@ -45,11 +45,11 @@ def check_cloud(fn: str, points, lengths, offsets, dims: int | None = None) -> N
     if not isinstance(points, torch.Tensor):
         raise TypeError(f"{fn}: points must be a torch.Tensor of shape {want}, got {type(points).__name__}")
     if points.dim() not in (2, 3):
-        raise ValueError(f"{fn}: points must have shape {want}, got {V._shape(points)}")
+        raise ValueError(f"{fn}: points must have shape {want}, got {V.shape_str(points)}")
     if points.dtype not in V.FLOAT_DTYPES:
         raise TypeError(f"{fn}: points must be float16, bfloat16, float32 or float64, got {points.dtype}")
     if points.shape[-1] < 1 or (dims is not None and points.shape[-1] != dims):
-        raise ValueError(f"{fn}: points must have shape {want}, got {V._shape(points)}")
+        raise ValueError(f"{fn}: points must have shape {want}, got {V.shape_str(points)}")
     if points.dim() == 2 and lengths is not None:
         raise ValueError(f"{fn}: packed (N_total, D) points take offsets=, not lengths=")
     if points.dim() == 3 and offsets is not None:

@@ -33,7 +33,6 @@ from pcgeom.ops.packed import offsets_arg
 
 __all__ = ["aggregate_neighbors", "batch_to_offsets", "group_packed", "interpolate_packed", "offsets_to_batch"]
 
-_INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
 def offsets_to_batch(offsets, n_total: int | None = None) -> torch.Tensor:
@@ -60,11 +59,11 @@ def offsets_to_batch(offsets, n_total: int | None = None) -> torch.Tensor:
         [0, 0, 2, 2, 2]
     """
     fn = "offsets_to_batch"
-    if not isinstance(offsets, torch.Tensor) or offsets.dtype not in _INT_DTYPES:
+    if not isinstance(offsets, torch.Tensor) or offsets.dtype not in V.INT_DTYPES:
         raise TypeError(f"{fn}: offsets must be an integer tensor of shape (B,), got "
                         f"{offsets.dtype if isinstance(offsets, torch.Tensor) else type(offsets).__name__}")
     if offsets.dim() != 1 or offsets.shape[0] < 1:
-        raise ValueError(f"{fn}: offsets must have shape (B,) with B >= 1, got {V._shape(offsets)}")
+        raise ValueError(f"{fn}: offsets must have shape (B,) with B >= 1, got {V.shape_str(offsets)}")
     V.check_host_readable(fn, "offsets", offsets, offsets.device)
     if n_total is None:
         n_total = int(offsets[-1])
@@ -96,11 +95,11 @@ def batch_to_offsets(batch, n_clouds: int | None = None) -> torch.Tensor:
         [2, 2, 5]
     """
     fn = "batch_to_offsets"
-    if not isinstance(batch, torch.Tensor) or batch.dtype not in _INT_DTYPES:
+    if not isinstance(batch, torch.Tensor) or batch.dtype not in V.INT_DTYPES:
         raise TypeError(f"{fn}: batch must be an integer tensor of shape (N,), got "
                         f"{batch.dtype if isinstance(batch, torch.Tensor) else type(batch).__name__}")
     if batch.dim() != 1:
-        raise ValueError(f"{fn}: batch must have shape (N,), got {V._shape(batch)}")
+        raise ValueError(f"{fn}: batch must have shape (N,), got {V.shape_str(batch)}")
     V.check_host_readable(fn, "batch", batch, batch.device)
     batch = batch.long()
     if batch.numel() == 0:
@@ -121,7 +120,7 @@ def _check_idx(fn: str, idx, n: int, device) -> torch.Tensor:
         raise TypeError(f"{fn}: idx must be an int32 or int64 tensor of shape (M, k), got "
                         f"{idx.dtype if isinstance(idx, torch.Tensor) else type(idx).__name__}")
     if idx.dim() != 2:
-        raise ValueError(f"{fn}: idx must have shape (M, k), got {V._shape(idx)}")
+        raise ValueError(f"{fn}: idx must have shape (M, k), got {V.shape_str(idx)}")
     if idx.device != device:
         raise ValueError(f"{fn}: idx must be on {device} like the features, got {idx.device}")
     return idx.long()
@@ -132,9 +131,9 @@ def _check_rows(fn: str, name: str, t, n: int | None = None, cols: int | None = 
     if t.dtype not in V.FLOAT_DTYPES:
         raise TypeError(f"{fn}: {name} must be float16, bfloat16, float32 or float64, got {t.dtype}")
     if n is not None and t.shape[0] != n:
-        raise ValueError(f"{fn}: {name} must have shape {layout} with {n} rows, got {V._shape(t)}")
+        raise ValueError(f"{fn}: {name} must have shape {layout} with {n} rows, got {V.shape_str(t)}")
     if cols is not None and t.shape[1] != cols:
-        raise ValueError(f"{fn}: {name} must have shape {layout} with {cols} columns, got {V._shape(t)}")
+        raise ValueError(f"{fn}: {name} must have shape {layout} with {cols} columns, got {V.shape_str(t)}")
 
 
 def group_packed(features, idx, *, points=None, centers=None) -> torch.Tensor:
@@ -198,9 +197,6 @@ def group_packed(features, idx, *, points=None, centers=None) -> torch.Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
 
-def _safe_sqrt(x: torch.Tensor) -> torch.Tensor:
-    pos = x > 0
-    return torch.where(pos, torch.where(pos, x, 1).sqrt(), 0)
 
 
 def interpolate_packed(query, points, features, k: int = 3, *, query_offsets=None, points_offsets=None,
@@ -252,7 +248,7 @@ def interpolate_packed(query, points, features, k: int = 3, *, query_offsets=Non
         raise ValueError(f"{fn}: eps must be > 0, got {eps}")
     with torch.no_grad():
         dist2, idx = knn(query, points, k, query_offsets=query_offsets, points_offsets=points_offsets)
-        recip = 1.0 / (_safe_sqrt(dist2.to(torch.float64 if features.dtype == torch.float64 else torch.float32)) + eps)
+        recip = 1.0 / (V.safe_sqrt(dist2.to(torch.float64 if features.dtype == torch.float64 else torch.float32)) + eps)
         weight = recip / recip.sum(dim=1, keepdim=True).clamp_min(torch.finfo(recip.dtype).tiny)
     if features.shape[1] == 0:
         return features.new_zeros((query.shape[0], 0))
@@ -292,14 +288,14 @@ def aggregate_neighbors(features, idx, weight, position=None) -> torch.Tensor:
     C = features.shape[1]
     V.check_tensor(fn, "weight", weight, 3, "(M, k, W)")
     if weight.shape[0] != M or weight.shape[1] != K or weight.shape[2] < 1:
-        raise ValueError(f"{fn}: weight must have shape (M, k, W) = ({M}, {K}, W >= 1) like idx, got {V._shape(weight)}")
+        raise ValueError(f"{fn}: weight must have shape (M, k, W) = ({M}, {K}, W >= 1) like idx, got {V.shape_str(weight)}")
     if weight.dtype not in V.FLOAT_DTYPES or weight.device != features.device:
         raise TypeError(f"{fn}: weight must be a floating tensor on {features.device}, got {weight.dtype} on {weight.device}")
     values = knn_gather(features[None], idx[None])[0]  # zeros at -1
     if position is not None:
         V.check_tensor(fn, "position", position, 3, "(M, k, C)")
         if tuple(position.shape) != (M, K, C):
-            raise ValueError(f"{fn}: position must have shape (M, k, C) = ({M}, {K}, {C}), got {V._shape(position)}")
+            raise ValueError(f"{fn}: position must have shape (M, k, C) = ({M}, {K}, {C}), got {V.shape_str(position)}")
         if position.device != features.device:
             raise ValueError(f"{fn}: position must be on {features.device}, got {position.device}")
         values = values + torch.where((idx >= 0).unsqueeze(-1), position, position.new_zeros(()))

@@ -35,8 +35,7 @@ from pcgeom import _validation as V
 
 REDUCTIONS = ("sum", "mean", "prod", "min", "max")
 
-_ACC = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
-_INT = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+HALF_ACC = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
 __all__ = ["REDUCTIONS", "group_gather", "group_reduce", "segment_reduce"]
 
@@ -44,7 +43,7 @@ __all__ = ["REDUCTIONS", "group_gather", "group_reduce", "segment_reduce"]
 def _check_src(fn: str, src) -> None:
     if not isinstance(src, torch.Tensor):
         raise TypeError(f"{fn}: src must be a torch.Tensor, got {type(src).__name__}")
-    if src.dtype not in V.FLOAT_DTYPES and src.dtype not in _INT:
+    if src.dtype not in V.FLOAT_DTYPES and src.dtype not in V.INT_DTYPES:
         raise TypeError(f"{fn}: src must be a floating or integer tensor (float16/bfloat16/float32/float64, "
                         f"int8/16/32/64, uint8), got {src.dtype}")
 
@@ -62,7 +61,7 @@ def _check_dim(fn: str, dim, ndim: int) -> int:
     return dim % ndim
 
 
-def _grouped(fn: str, x: torch.Tensor, key: torch.Tensor, S: int, reduce: str, want_arg: bool,
+def grouped_rows(fn: str, x: torch.Tensor, key: torch.Tensor, S: int, reduce: str, want_arg: bool,
              is_sorted: Optional[bool] = None):
     """Core: rows of ``x`` (M, C) by ``key`` (M,) int64 in [0, S) -> ((S, C) in x.dtype, arg (S, C) or None, counts (S,)).
 
@@ -97,7 +96,7 @@ def _grouped(fn: str, x: torch.Tensor, key: torch.Tensor, S: int, reduce: str, w
             if reduce == "mean":
                 out = torch.div(out, counts.clamp(min=1)[:, None].to(x.dtype), rounding_mode="floor")
         return out, None, counts
-    acc = _ACC.get(x.dtype, x.dtype)
+    acc = HALF_ACC.get(x.dtype, x.dtype)
     if x.device.type == "cpu" and reduce != "prod":
         # CPU index_add adds the rows one after the other in row order: the
         # same sequence of roundings as the sorted pass below, without a sort
@@ -126,7 +125,7 @@ def _sorted_pass(x, key, counts, reduce, fill, is_sorted=None):
                                 unsafe=True, initial=fill)
 
 
-def _extreme_values(x, key, S, reduce):
+def extreme_values(x, key, S, reduce):
     """min/max values only (S, C), empty groups 0: one scatter-reduce (the values do not depend on
     the order of comparisons; which zero, -0.0 or +0.0, a tie of the two gives is unspecified)."""
     M, C = x.shape
@@ -226,7 +225,7 @@ def group_reduce(src: torch.Tensor, index: torch.Tensor, num_groups: Optional[in
     _check_reduce(fn, reduce)
     d = _check_dim(fn, dim, src.dim())
     N = src.shape[d]
-    if not isinstance(index, torch.Tensor) or index.dtype not in _INT:
+    if not isinstance(index, torch.Tensor) or index.dtype not in V.INT_DTYPES:
         raise TypeError(f"{fn}: index must be an integer tensor of shape ({N},), got "
                         f"{index.dtype if isinstance(index, torch.Tensor) else type(index).__name__}")
     if index.shape != (N,):
@@ -242,7 +241,7 @@ def group_reduce(src: torch.Tensor, index: torch.Tensor, num_groups: Optional[in
     if N and (lo < 0 or hi >= G):
         raise ValueError(f"{fn}: index values must be in [0, {G}), got min {lo}, max {hi}")
     rows = _to_rows(src, d)
-    out, arg, _ = _grouped(fn, rows, key, G, reduce, return_arg and reduce in ("min", "max"))
+    out, arg, _ = grouped_rows(fn, rows, key, G, reduce, return_arg and reduce in ("min", "max"))
     out = _from_rows(out, src.shape, d)
     if return_arg and reduce in ("min", "max"):
         return out, _from_rows(arg, src.shape, d)
@@ -294,7 +293,7 @@ def segment_reduce(src: torch.Tensor, offsets, reduce: str = "sum", *, dim: int 
     key = torch.searchsorted(off, torch.arange(N, device=src.device), right=True)
     rows = _to_rows(src, d)
     want = return_arg and reduce in ("min", "max")
-    out, arg, _ = _grouped(fn, rows, key, B, reduce, want, is_sorted=True)
+    out, arg, _ = grouped_rows(fn, rows, key, B, reduce, want, is_sorted=True)
     out = _from_rows(out, src.shape, d)
     if want:
         return out, _from_rows(arg, src.shape, d)
@@ -315,7 +314,7 @@ class _GatherRows(torch.autograd.Function):
         (idx,) = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return None, None
-        g, _, _ = _grouped("group_gather", grad.contiguous(), idx, ctx.n, "sum", False)
+        g, _, _ = grouped_rows("group_gather", grad.contiguous(), idx, ctx.n, "sum", False)
         return g, None
 
 
@@ -358,7 +357,7 @@ def group_gather(src: torch.Tensor, index: torch.Tensor, *, dim: int = 0) -> tor
         raise TypeError(f"{fn}: src must be a torch.Tensor, got {type(src).__name__}")
     d = _check_dim(fn, dim, src.dim())
     G = src.shape[d]
-    if not isinstance(index, torch.Tensor) or index.dtype not in _INT:
+    if not isinstance(index, torch.Tensor) or index.dtype not in V.INT_DTYPES:
         raise TypeError(f"{fn}: index must be an integer tensor of shape (M,), got "
                         f"{index.dtype if isinstance(index, torch.Tensor) else type(index).__name__}")
     if index.dim() != 1:

@@ -26,7 +26,7 @@ def run(args) -> int:
         try:
             pth = shims.install_hook(args.site_dir)
         except OSError as exc:
-            print(f"pcgeom compat enable: cannot write the hook into {shims._site_dir(args.site_dir)}: {exc}. "
+            print(f"pcgeom compat enable: cannot write the hook into {shims.site_dir_of(args.site_dir)}: {exc}. "
                   "Use a virtual environment you can write to, pass --site-dir, or call "
                   "pcgeom.compat.enable_shims() in the program instead.", file=sys.stderr)
             return 1

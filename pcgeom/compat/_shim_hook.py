@@ -23,7 +23,7 @@ a shimmed name.
 import os
 import sys
 
-_OFF = ("1", "true", "yes", "on")
+OFF_VALUES = ("1", "true", "yes", "on")
 
 _MARK = "_pcgeom_shim_finder"
 
@@ -78,16 +78,16 @@ class ShimFinder:
                 return None  # pcgeom was uninstalled but the hook stayed behind
         from pcgeom.compat import shims
 
-        return shims._spec(fullname, self)
+        return shims.shim_spec(fullname, self)
 
 
-def _finders():
+def installed_finders():
     return [f for f in sys.meta_path if getattr(f, _MARK, False)]
 
 
 def disabled_by_env() -> bool:
     """True when ``PCGEOM_DISABLE_SHIMS`` is set to 1/true/yes/on (any case)."""
-    return os.environ.get("PCGEOM_DISABLE_SHIMS", "").strip().lower() in _OFF
+    return os.environ.get("PCGEOM_DISABLE_SHIMS", "").strip().lower() in OFF_VALUES
 
 
 def install(names, origin="environment"):
@@ -111,7 +111,7 @@ def install(names, origin="environment"):
     """
     if origin == "environment" and disabled_by_env():
         return None
-    for f in _finders():
+    for f in installed_finders():
         if f.origin == origin:
             f.names = frozenset(names)
             return f
@@ -122,7 +122,7 @@ def install(names, origin="environment"):
 
 def uninstall(origin):
     """Removes the finders of one origin; returns how many were removed."""
-    gone = [f for f in _finders() if f.origin == origin]
+    gone = [f for f in installed_finders() if f.origin == origin]
     for f in gone:
         sys.meta_path.remove(f)
     return len(gone)

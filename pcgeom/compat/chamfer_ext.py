@@ -69,7 +69,7 @@ def forward(xyz1: torch.Tensor, xyz2: torch.Tensor):
     fn = "chamfer.forward"
     _check(fn, xyz1, xyz2)
     if xyz1.shape[1] == 0 or xyz2.shape[1] == 0:
-        raise ValueError(f"{fn}: both clouds need at least one point, got {V._shape(xyz1)} and {V._shape(xyz2)}")
+        raise ValueError(f"{fn}: both clouds need at least one point, got {V.shape_str(xyz1)} and {V.shape_str(xyz2)}")
     with torch.no_grad():
         a, b = xyz1.detach(), xyz2.detach()
         d1, i1 = knn(a, b, 1)
@@ -118,7 +118,7 @@ def backward(xyz1, xyz2, idx1, idx2, grad_dist1, grad_dist2):
     for name, t, n in (("idx1", idx1, N), ("idx2", idx2, M)):
         V.check_tensor(fn, name, t, 2, f"(B, {'N' if n == N else 'M'})")
         if t.shape != (B, n):
-            raise ValueError(f"{fn}: {name} must have shape ({B}, {n}), got {V._shape(t)}")
+            raise ValueError(f"{fn}: {name} must have shape ({B}, {n}), got {V.shape_str(t)}")
     with torch.no_grad():
         g1a, g1b = _grad(xyz1, xyz2, idx1, grad_dist1.to(xyz1.dtype))
         g2b, g2a = _grad(xyz2, xyz1, idx2, grad_dist2.to(xyz1.dtype))

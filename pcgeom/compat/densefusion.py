@@ -36,7 +36,7 @@ def _knn_one_based(ref, query, k: int, fn: str) -> torch.Tensor:
     V.check_tensor(fn, "query", query, 3, "(B, D, Nq)")
     if ref.shape[0] != query.shape[0] or ref.shape[1] != query.shape[1]:
         raise ValueError(f"{fn}: ref (B, D, Nr) and query (B, D, Nq) must share B and D, "
-                         f"got {V._shape(ref)} and {V._shape(query)}")
+                         f"got {V.shape_str(ref)} and {V.shape_str(query)}")
     if ref.device != query.device:
         raise ValueError(f"{fn}: ref and query must be on the same device, got {ref.device} and {query.device}")
     if k > ref.shape[2]:

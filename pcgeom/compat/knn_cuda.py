@@ -74,7 +74,7 @@ class KNN(nn.Module):
             mode = f"transpose_mode={self.transpose_mode}"
             if r.shape[0] != q.shape[0] or r.shape[2] != q.shape[2]:
                 raise ValueError(
-                    f"{fn}: ref {V._shape(ref)} and query {V._shape(query)} must share B and D "
+                    f"{fn}: ref {V.shape_str(ref)} and query {V.shape_str(query)} must share B and D "
                     f"(layouts {layout_r} and {layout_q} with {mode})"
                 )
             if ref.device != query.device:
@@ -82,7 +82,7 @@ class KNN(nn.Module):
             if self.k > r.shape[1]:
                 raise ValueError(
                     f"{fn}: k={self.k} exceeds the number of ref points Nr={r.shape[1]} "
-                    f"(ref shape {V._shape(ref)}, layout {layout_r} with {mode})"
+                    f"(ref shape {V.shape_str(ref)}, layout {layout_r} with {mode})"
                 )
             dist2, idx = knn(q, r, self.k)
             dist = dist2.sqrt()

@@ -25,7 +25,7 @@ from torch import nn
 from pcgeom import _validation as V
 from pcgeom.chamfer import chamfer_distance
 from pcgeom._pointnet2_kernel import fps as pointnet2_fps_unchecked
-from pcgeom.grouping import _FPS_MODES, _gather_points, _group
+from pcgeom.grouping import FPS_MODES, gather_points, group_patches_impl
 
 __all__ = ["ChamferDistanceL1", "ChamferDistanceL2", "Group", "fps"]
 
@@ -55,11 +55,11 @@ def fps(data: torch.Tensor, number: int) -> torch.Tensor:
     fn = "point_mae.fps"
     V.check_points(fn, "data", data, "(B, N, 3)")
     if data.shape[2] != 3:
-        raise ValueError(f"{fn}: data must have shape (B, N, 3), got {V._shape(data)}")
+        raise ValueError(f"{fn}: data must have shape (B, N, 3), got {V.shape_str(data)}")
     number = V.check_int(fn, "number", number, minimum=1)
     if number > data.shape[1]:
-        raise ValueError(f"{fn}: number={number} exceeds the number of points N={data.shape[1]} (data shape {V._shape(data)})")
-    return _gather_points(data, pointnet2_fps_unchecked(data, number))
+        raise ValueError(f"{fn}: number={number} exceeds the number of points N={data.shape[1]} (data shape {V.shape_str(data)})")
+    return gather_points(data, pointnet2_fps_unchecked(data, number))
 
 
 class Group(nn.Module):
@@ -99,8 +99,8 @@ class Group(nn.Module):
         super().__init__()
         V.check_int("Group", "num_group", num_group, minimum=1)
         V.check_int("Group", "group_size", group_size, minimum=1)
-        if fps not in _FPS_MODES:
-            raise ValueError(f"Group: fps must be one of {_FPS_MODES}, got {fps!r}")
+        if fps not in FPS_MODES:
+            raise ValueError(f"Group: fps must be one of {FPS_MODES}, got {fps!r}")
         self.num_group = int(num_group)
         self.group_size = int(group_size)
         self.fps = fps
@@ -112,7 +112,7 @@ class Group(nn.Module):
     def forward(self, xyz: torch.Tensor):
         # The plain KNN tie order (center_first=False) is KNN_CUDA's.
         _validate(xyz, self.num_group, self.group_size, self.fps)
-        neighborhood, center, _, idx = _group(
+        neighborhood, center, _, idx = group_patches_impl(
             xyz, self.num_group, self.group_size, True, self.fps, None, center_first=False
         )
         if self.return_idx:
@@ -126,11 +126,11 @@ def _validate(xyz, num_group, group_size, fps_mode):
     fn = "Group"
 
     def ctx() -> str:
-        return f"xyz of shape {V._shape(xyz)}, num_group={num_group}, group_size={group_size}, fps={fps_mode!r}"
+        return f"xyz of shape {V.shape_str(xyz)}, num_group={num_group}, group_size={group_size}, fps={fps_mode!r}"
 
     V.check_points(fn, "xyz", xyz, "(B, N, 3)")
     if xyz.shape[2] != 3:
-        raise ValueError(f"{fn}: xyz must have shape (B, N, 3), got {V._shape(xyz)}")
+        raise ValueError(f"{fn}: xyz must have shape (B, N, 3), got {V.shape_str(xyz)}")
     N = xyz.shape[1]
     if num_group > N:
         raise ValueError(f"{fn}: num_group={num_group} exceeds the number of points N={N} ({ctx()})")

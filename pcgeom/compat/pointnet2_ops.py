@@ -75,7 +75,7 @@ _INDEX_DTYPES = (torch.int32, torch.int64)
 def _check_xyz(fn: str, name: str, t, layout: str) -> None:
     V.check_points(fn, name, t, layout)
     if t.shape[2] != 3:
-        raise ValueError(f"{fn}: {name} must have shape {layout}, got {V._shape(t)}")
+        raise ValueError(f"{fn}: {name} must have shape {layout}, got {V.shape_str(t)}")
 
 
 def _check_features(fn: str, name: str, t, layout: str) -> None:
@@ -89,7 +89,7 @@ def _check_idx(fn: str, name: str, idx, ndim: int, layout: str, B: int, n: int, 
     if idx.dtype not in _INDEX_DTYPES:
         raise TypeError(f"{fn}: {name} must be int32 or int64, got {idx.dtype}")
     if idx.shape[0] != B:
-        raise ValueError(f"{fn}: {name} must have shape {layout} with B={B}, got {V._shape(idx)}")
+        raise ValueError(f"{fn}: {name} must have shape {layout} with B={B}, got {V.shape_str(idx)}")
     if idx.device != device:
         raise ValueError(f"{fn}: {name} must be on {device} like the features, got {idx.device}")
     if not V.compiling() and idx.numel() > 0:
@@ -128,7 +128,7 @@ def furthest_point_sample(xyz: torch.Tensor, npoint: int) -> torch.Tensor:
     _check_xyz(fn, "xyz", xyz, "(B, N, 3)")
     npoint = V.check_int(fn, "npoint", npoint, minimum=1)
     if npoint > xyz.shape[1]:
-        raise ValueError(f"{fn}: npoint={npoint} exceeds the number of points N={xyz.shape[1]} (xyz shape {V._shape(xyz)})")
+        raise ValueError(f"{fn}: npoint={npoint} exceeds the number of points N={xyz.shape[1]} (xyz shape {V.shape_str(xyz)})")
     idx = _pointnet2_fps_native(xyz, npoint)
     if idx is None:
         idx = pointnet2_fps_unchecked(xyz, npoint)
@@ -352,7 +352,7 @@ def three_interpolate(features: torch.Tensor, idx: torch.Tensor, weight: torch.T
     i = _check_idx(fn, "idx", idx, 3, "(B, n, 3)", B, m, features.device)
     V.check_tensor(fn, "weight", weight, 3, "(B, n, 3)")
     if weight.shape != i.shape:
-        raise ValueError(f"{fn}: weight must have the shape of idx {V._shape(i)}, got {V._shape(weight)}")
+        raise ValueError(f"{fn}: weight must have the shape of idx {V.shape_str(i)}, got {V.shape_str(weight)}")
     n, k = i.shape[1], i.shape[2]
     g = features.gather(2, i.reshape(B, 1, n * k).expand(B, C, n * k)).view(B, C, n, k)
     # The kernel adds the k products in slot order.

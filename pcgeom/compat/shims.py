@@ -73,7 +73,7 @@ class _ShimLoader:
             importlib.import_module(child)  # the import system sets it as an attribute
 
 
-def _spec(fullname: str, finder) -> importlib.machinery.ModuleSpec:
+def shim_spec(fullname: str, finder) -> importlib.machinery.ModuleSpec:
     is_pkg = bool(_children(fullname))
     spec = importlib.machinery.ModuleSpec(fullname, _ShimLoader(), origin=f"pcgeom shim ({SHIMS[fullname]})", is_package=is_pkg)
     if is_pkg:
@@ -151,7 +151,7 @@ def shim_status() -> dict[str, dict]:
     one is installed, the shim when a shim finder is active, else None
     (the import would fail).
     """
-    active = bool(_shim_hook._finders())
+    active = bool(_shim_hook.installed_finders())
     out = {}
     for name in SHIMS:
         real = _real_origin(name)
@@ -168,7 +168,7 @@ def shim_status() -> dict[str, dict]:
 # The environment-wide switch (pcgeom compat enable / disable / status).
 
 
-def _site_dir(site_dir=None) -> pathlib.Path:
+def site_dir_of(site_dir=None) -> pathlib.Path:
     return pathlib.Path(site_dir or sysconfig.get_paths()["purelib"])
 
 
@@ -180,7 +180,7 @@ def _pth_line() -> str:
     the hook module itself (which imports nothing new) is loaded.
     """
     names = tuple(sorted(SHIMS))
-    off = repr(_shim_hook._OFF)
+    off = repr(_shim_hook.OFF_VALUES)
     return (f"import os, sys; os.environ.get('PCGEOM_DISABLE_SHIMS', '').strip().lower() in {off} "
             f"or __import__({HOOK_NAME!r}).install({names!r})\n")
 
@@ -217,7 +217,7 @@ def install_hook(site_dir=None) -> pathlib.Path:
         >>> len(shims.uninstall_hook(d))
         3
     """
-    d = _site_dir(site_dir)
+    d = site_dir_of(site_dir)
     d.mkdir(parents=True, exist_ok=True)
     (d / f"{HOOK_NAME}.py").write_text(_hook_source())
     try:  # cached bytecode, so start-up never compiles the hook (even under PYTHONDONTWRITEBYTECODE)
@@ -233,7 +233,7 @@ def install_hook(site_dir=None) -> pathlib.Path:
 
 def uninstall_hook(site_dir=None) -> list[pathlib.Path]:
     """Removes the start-up hook from ``site_dir``; returns the files removed."""
-    d = _site_dir(site_dir)
+    d = site_dir_of(site_dir)
     gone = []
     import importlib.util
 
@@ -250,7 +250,7 @@ def hook_status(site_dir=None) -> dict:
     ``current`` is False when the installed hook predates this pcgeom (other
     names or code): run ``pcgeom compat enable`` again.
     """
-    d = _site_dir(site_dir)
+    d = site_dir_of(site_dir)
     pth, hook = d / PTH_NAME, d / f"{HOOK_NAME}.py"
     installed = pth.exists() and hook.exists()
     current = installed and pth.read_text().endswith(_pth_line()) and hook.read_text() == _hook_source()

@@ -108,7 +108,7 @@ def quaternion_to_matrix(q: torch.Tensor) -> torch.Tensor:
     if not isinstance(q, torch.Tensor):
         raise TypeError(f"{fn}: q must be a torch.Tensor of shape (..., 4), got {type(q).__name__}")
     if q.dim() < 1 or q.shape[-1] != 4:
-        raise ValueError(f"{fn}: q must have shape (..., 4), got {V._shape(q)}")
+        raise ValueError(f"{fn}: q must have shape (..., 4), got {V.shape_str(q)}")
     _check_float(fn, "q", q)
     return _rotation_from_unit_quaternion(q / torch.norm(q, dim=-1, keepdim=True))
 
@@ -155,7 +155,7 @@ def _check_shape(fn: str, name: str, t, layout: str, sizes: tuple) -> None:
     V.check_tensor(fn, name, t, len(sizes), layout)
     if any(s is not None and int(a) != s for a, s in zip(t.shape, sizes)):
         want = "(" + ", ".join("*" if s is None else str(s) for s in sizes) + ")"
-        raise ValueError(f"{fn}: {name} must have shape {layout} = {want}, got {V._shape(t)}")
+        raise ValueError(f"{fn}: {name} must have shape {layout} = {want}, got {V.shape_str(t)}")
     _check_float(fn, name, t)
 
 
@@ -176,7 +176,7 @@ def _check_nonempty(fn: str, **sizes) -> None:
 def _check_w(fn: str, w) -> None:
     if isinstance(w, torch.Tensor):
         if w.numel() != 1:
-            raise ValueError(f"{fn}: w must be a number or a one-element tensor, got shape {V._shape(w)}")
+            raise ValueError(f"{fn}: w must be a number or a one-element tensor, got shape {V.shape_str(w)}")
         return
     if isinstance(w, bool) or not isinstance(w, numbers.Real):
         raise TypeError(f"{fn}: w must be a float, got {type(w).__name__} {w!r}")
@@ -194,7 +194,7 @@ def _object_indices(fn: str, idx) -> list:
     """Object indices of the batch as ints (DenseFusion passes a ``(1, 1)`` long tensor)."""
     if isinstance(idx, torch.Tensor):
         if idx.numel() == 0:
-            raise ValueError(f"{fn}: idx must hold the object index, got an empty tensor of shape {V._shape(idx)}")
+            raise ValueError(f"{fn}: idx must hold the object index, got an empty tensor of shape {V.shape_str(idx)}")
         if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
             raise TypeError(f"{fn}: idx must be an integer tensor (the object index), got {idx.dtype}")
         return [int(v) for v in idx.reshape(-1).tolist()]
@@ -216,7 +216,7 @@ def _symmetric_mask(fn: str, symmetric, B: int, device) -> torch.Tensor:
     if mask.dtype != torch.bool:
         raise TypeError(f"{fn}: symmetric must be a bool tensor of shape ({B},), got dtype {mask.dtype}")
     if mask.shape != (B,):
-        raise ValueError(f"{fn}: symmetric must have shape ({B},), got {V._shape(mask)}")
+        raise ValueError(f"{fn}: symmetric must have shape ({B},), got {V.shape_str(mask)}")
     return mask.to(device)
 
 
@@ -614,7 +614,7 @@ class Loss_refine(nn.Module):
             if t.numel() != n:
                 raise ValueError(f"{fn}: {name} must hold exactly {n} values (shape (1, {n}); the refiner "
                                  f"loss is single-sample, use pcgeom.losses.refine_loss for batches), "
-                                 f"got shape {V._shape(t)}")
+                                 f"got shape {V.shape_str(t)}")
             _check_float(fn, name, t)
         _check_shape(fn, "target", target, "(1, num_points_mesh, 3)", (1, Nm, 3))
         _check_shape(fn, "model_points", model_points, "(1, num_points_mesh, 3)", (1, Nm, 3))

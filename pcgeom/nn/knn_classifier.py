@@ -24,7 +24,6 @@ from pcgeom.ops.knn import KNNResult, knn
 
 _WEIGHTS = ("uniform", "distance", "softmax")
 _METRICS = ("l2", "cosine")
-_LABEL_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 _STATE_VERSION = 1
 _STATE_VERSIONS_READ = (1,)  # extra-state versions this pcgeom can load
 _MANIFEST = "manifest.json"
@@ -53,8 +52,6 @@ def _load_shard(fn: str, f: Path) -> dict:
     return data
 
 
-def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def _check_choice(fn: str, name: str, value, choices) -> str:
@@ -70,7 +67,7 @@ def _check_features(fn: str, name: str, t) -> None:
     if t.dtype not in V.FLOAT_DTYPES:
         raise TypeError(f"{fn}: {name} must be float16, bfloat16, float32 or float64, got {t.dtype}")
     if t.shape[1] < 1:
-        raise ValueError(f"{fn}: {name} must have at least one feature (D >= 1), got shape {V._shape(t)}")
+        raise ValueError(f"{fn}: {name} must have at least one feature (D >= 1), got shape {V.shape_str(t)}")
 
 
 def _as_labels(fn: str, name: str, labels, n: int, device) -> torch.Tensor:
@@ -83,13 +80,13 @@ def _as_labels(fn: str, name: str, labels, n: int, device) -> torch.Tensor:
                 f"{fn}: {name} must be an integer tensor of class indices with shape ({n},), "
                 f"got {type(labels).__name__}"
             ) from exc
-    if labels.dtype not in _LABEL_DTYPES:
+    if labels.dtype not in V.INT_DTYPES:
         raise TypeError(
             f"{fn}: {name} must hold integer class indices (int8/16/32/64 or uint8), got dtype {labels.dtype}"
         )
     if labels.dim() != 1 or labels.shape[0] != n:
         raise ValueError(
-            f"{fn}: {name} must have shape ({n},), one label per feature row, got {V._shape(labels)}"
+            f"{fn}: {name} must have shape ({n},), one label per feature row, got {V.shape_str(labels)}"
         )
     return labels.to(device=device, dtype=torch.int64)
 
@@ -322,7 +319,7 @@ class KNNClassifier(nn.Module):
         labels = _as_labels(fn, "labels", labels, n, features.device)
         if num_classes is None:
             if n == 0:
-                raise ValueError(f"{fn}: num_classes must be given when the gallery is empty (features has shape {V._shape(features)})")
+                raise ValueError(f"{fn}: num_classes must be given when the gallery is empty (features has shape {V.shape_str(features)})")
             # max(.., 1): negative labels are then reported by the range check.
             num_classes = max(int(labels.max()) + 1, 1)
         self._num_classes = V.check_int(fn, "num_classes", num_classes, minimum=1)
@@ -549,7 +546,7 @@ class KNNClassifier(nn.Module):
         g = self.features
         if features.shape[1] != g.shape[1]:
             raise ValueError(
-                f"{fn}: features must have shape (n, {g.shape[1]}) to match the gallery, got {V._shape(features)}"
+                f"{fn}: features must have shape (n, {g.shape[1]}) to match the gallery, got {V.shape_str(features)}"
             )
         if features.dtype != g.dtype:
             raise TypeError(f"{fn}: features must have the gallery's dtype {g.dtype}, got {features.dtype}")
@@ -588,7 +585,7 @@ class KNNClassifier(nn.Module):
         V.check_tensor(fn, "query", query, 2, f"(B, {g.shape[1]})")
         if query.shape[1] != g.shape[1]:
             raise ValueError(
-                f"{fn}: query must have shape (B, D) with the gallery's D={g.shape[1]}, got {V._shape(query)}"
+                f"{fn}: query must have shape (B, D) with the gallery's D={g.shape[1]}, got {V.shape_str(query)}"
             )
         if query.dtype != g.dtype:
             raise TypeError(
@@ -610,7 +607,7 @@ class KNNClassifier(nn.Module):
         the answer is bit-identical.
         """
         n, D = g.shape
-        rows = max(k, self.search_chunk_bytes // (D * torch.finfo(_acc_dtype(g.dtype)).bits // 8))
+        rows = max(k, self.search_chunk_bytes // (D * torch.finfo(V.acc_dtype(g.dtype)).bits // 8))
         if n <= rows:
             d, i = knn(q[None], g[None], k)
             return d[0], i[0]
@@ -639,7 +636,7 @@ class KNNClassifier(nn.Module):
         # (N, D) gradient for the whole gallery; the few selected rows are
         # gathered below instead.
         d_sel, idx = self._select(q.detach(), g.detach(), k)
-        acc = _acc_dtype(q.dtype)
+        acc = V.acc_dtype(q.dtype)
         half = q.dtype in (torch.float16, torch.bfloat16)
         needs_grad = torch.is_grad_enabled() and (q.requires_grad or g.requires_grad)
         if not (half or needs_grad):
@@ -750,7 +747,7 @@ class KNNClassifier(nn.Module):
         V.check_tensor(fn, "dist2", dist2, 2, "(B, k)")
         V.check_index_tensor(fn, "idx", idx, 2, "(B, k)")
         if idx.shape != dist2.shape:
-            raise ValueError(f"{fn}: dist2 and idx must have the same shape (B, k), got {V._shape(dist2)} and {V._shape(idx)}")
+            raise ValueError(f"{fn}: dist2 and idx must have the same shape (B, k), got {V.shape_str(dist2)} and {V.shape_str(idx)}")
         B, k = idx.shape
         lab = self._labels_at(idx)
         acc = dist2.dtype if dist2.dtype in (torch.float32, torch.float64) else torch.float32

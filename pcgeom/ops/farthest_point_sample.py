@@ -63,7 +63,7 @@ def farthest_point_sample(points, n_samples, *, lengths=None, start_index=0, off
     B, N, _ = points.shape
     lengths = V.lengths_arg(fn, "lengths", lengths, B, N, points.device)
     if isinstance(start_index, torch.Tensor):
-        if start_index.dtype not in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8):
+        if start_index.dtype not in V.INT_DTYPES:
             raise TypeError(f"{fn}: start_index must be an int or an integer tensor of shape ({B},), got dtype {start_index.dtype}")
         if start_index.dim() == 0:
             start_index = start_index.expand(B)

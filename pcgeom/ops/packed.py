@@ -31,7 +31,6 @@ import torch
 
 from pcgeom import _validation as V
 
-_INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
 def _check_packed(fn: str, name: str, t) -> None:
@@ -55,7 +54,7 @@ def offsets_arg(fn: str, name: str, offsets, n_total: int, device) -> torch.Tens
             offsets = torch.as_tensor(offsets, dtype=torch.int64)
         except Exception as exc:
             raise TypeError(f"{fn}: {name} must be an integer tensor of shape (B,), got {type(offsets).__name__}") from exc
-    if offsets.dtype not in _INT_DTYPES:
+    if offsets.dtype not in V.INT_DTYPES:
         raise TypeError(f"{fn}: {name} must be an integer tensor of shape (B,), got dtype {offsets.dtype}")
     if offsets.dim() != 1 or offsets.shape[0] < 1:
         raise ValueError(f"{fn}: {name} must have shape (B,) with B >= 1 (cumulative end offsets), got {tuple(offsets.shape)}")
@@ -257,7 +256,7 @@ def packed_farthest_point_sample(points, n_samples, offsets, start_index=0, leng
     B = off.shape[0]
     starts, lengths = _starts_lengths(off)
     if isinstance(n_samples, torch.Tensor):
-        if n_samples.dtype not in _INT_DTYPES:
+        if n_samples.dtype not in V.INT_DTYPES:
             raise TypeError(f"{fn}: n_samples must be an int or an integer tensor of shape ({B},), got dtype {n_samples.dtype}")
         if n_samples.dim() != 1 or n_samples.shape[0] != B:
             raise ValueError(f"{fn}: n_samples must be an int or have shape ({B},) (one count per cloud), got {tuple(n_samples.shape)}")

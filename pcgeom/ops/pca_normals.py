@@ -7,7 +7,7 @@ from typing import NamedTuple
 import torch
 
 from pcgeom import _validation as V
-from pcgeom.ops.reference import _pca_neighbourhoods, acc_dtype
+from pcgeom.ops.reference import pca_neighbourhoods
 
 
 class PCANormalsResult(NamedTuple):
@@ -64,10 +64,10 @@ def pca_normals(points, idx) -> PCANormalsResult:
     fn = "pca_normals"
     V.check_points(fn, "points", points, "(B, N, 3)")
     if points.shape[2] != 3:
-        raise ValueError(f"{fn}: points must have shape (B, N, 3), got {V._shape(points)}")
+        raise ValueError(f"{fn}: points must have shape (B, N, 3), got {V.shape_str(points)}")
     V.check_index_tensor(fn, "idx", idx, 3, "(B, M, k)")
     if idx.shape[0] != points.shape[0]:
-        raise ValueError(f"{fn}: idx must have shape (B, M, k) with B={points.shape[0]} of points, got {V._shape(idx)}")
+        raise ValueError(f"{fn}: idx must have shape (B, M, k) with B={points.shape[0]} of points, got {V.shape_str(idx)}")
     if idx.device != points.device:
         raise ValueError(f"{fn}: points and idx must be on the same device, got {points.device} and {idx.device}")
     if not V.compiling() and idx.numel() > 0:
@@ -103,8 +103,8 @@ def _backward(ctx, grad_normals, grad_curvature):
         return None, None
     B, N, _ = points.shape
     M, K = idx.shape[1], idx.shape[2]
-    acc = acc_dtype(points.dtype)
-    centred, valid, count = _pca_neighbourhoods(points, idx, acc)
+    acc = V.acc_dtype(points.dtype)
+    centred, valid, count = pca_neighbourhoods(points, idx, acc)
     cnt = count.clamp_min(1).to(acc)
     cov = torch.einsum("rki,rkj->rij", centred, centred) / cnt[:, None, None]
     finite = torch.isfinite(cov).all(dim=(1, 2))

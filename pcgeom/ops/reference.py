@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import torch
 
-from pcgeom._validation import alloc_named
+from pcgeom._validation import acc_dtype, alloc_named
 
 BUDGET_BYTES = 256 * 2**20
 _KEY_SENTINEL = torch.iinfo(torch.int64).max
 
 
-def acc_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Accumulation dtype of the distance math for an input dtype."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def sq_dist(q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
@@ -391,7 +388,7 @@ def farthest_point_sample_reference(points, n_samples, lengths, start_index):
     return out
 
 
-def _pca_neighbourhoods(points, idx, acc):
+def pca_neighbourhoods(points, idx, acc):
     """Gathers the valid neighbours of every row: ``(centred (R, k, 3), valid (R, k), count (R,))``.
 
     A neighbour is valid when its index is not -1 and its coordinates are
@@ -439,7 +436,7 @@ def pca_normals_reference(points, idx):
     if K == 0:  # no neighbour slots: every row is "no valid neighbour"
         up = torch.tensor([0.0, 0.0, 1.0], dtype=points.dtype, device=points.device)
         return up.expand(B, M, 3).clone(), points.new_zeros((B, M))
-    centred, valid, count = _pca_neighbourhoods(points, idx, acc)
+    centred, valid, count = pca_neighbourhoods(points, idx, acc)
     # All valid neighbours at one position, tested on the coordinates themselves:
     # the rounded mean of equal copies can leave them an ulp off centre, all
     # alike, which would read as a line along (1, 1, 1) (the kernels' test too).

@@ -9,13 +9,13 @@ from pcgeom.ops.packed import offsets_arg
 
 
 PAD_DIST = 1e5  # sqrt of the kernels' 1e10 sentinel, exactly representable in float32
-INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+INT_DTYPES = V.INT_DTYPES
 
 
 def check_xyz(fn: str, name: str, t) -> None:
     V.check_tensor(fn, name, t, 2, "(n, 3)")
     if t.shape[1] != 3:
-        raise ValueError(f"{fn}: {name} must have shape (n, 3), got {V._shape(t)}")
+        raise ValueError(f"{fn}: {name} must have shape (n, 3), got {V.shape_str(t)}")
     if t.dtype not in V.FLOAT_DTYPES:
         raise TypeError(f"{fn}: {name} must be float16, bfloat16, float32 or float64, got {t.dtype}")
 
@@ -25,7 +25,7 @@ def check_feat(fn: str, name: str, t, n: int | None = None, layout: str = "(n, c
     if t.dtype not in V.FLOAT_DTYPES:
         raise TypeError(f"{fn}: {name} must be float16, bfloat16, float32 or float64, got {t.dtype}")
     if n is not None and t.shape[0] != n:
-        raise ValueError(f"{fn}: {name} must have shape {layout} with {n} rows, got {V._shape(t)}")
+        raise ValueError(f"{fn}: {name} must have shape {layout} with {n} rows, got {V.shape_str(t)}")
 
 
 def same_device(fn: str, ref_name: str, ref, **others) -> None:
@@ -41,7 +41,7 @@ def check_idx(fn: str, name: str, idx, rows: int | None, n: int, device, ndim: i
     if idx.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"{fn}: {name} must be int32 or int64, got {idx.dtype}")
     if rows is not None and idx.shape[0] != rows:
-        raise ValueError(f"{fn}: {name} must have shape {layout} with {rows} rows, got {V._shape(idx)}")
+        raise ValueError(f"{fn}: {name} must have shape {layout} with {rows} rows, got {V.shape_str(idx)}")
     if idx.device != device:
         raise ValueError(f"{fn}: {name} must be on {device}, got {idx.device}")
     if not V.compiling() and idx.numel() > 0:

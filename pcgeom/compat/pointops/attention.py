@@ -45,10 +45,10 @@ def attention_relation_step(query, key, weight, index_target, index_refer):
     V.check_tensor(fn, "query", query, 3, "(n, g, c)")
     V.check_tensor(fn, "key", key, 3, "(n, g, c)")
     if key.shape[1:] != query.shape[1:]:
-        raise ValueError(f"{fn}: key must have shape (n, {query.shape[1]}, {query.shape[2]}) like query, got {V._shape(key)}")
+        raise ValueError(f"{fn}: key must have shape (n, {query.shape[1]}, {query.shape[2]}) like query, got {V.shape_str(key)}")
     V.check_tensor(fn, "weight", weight, 1, "(c,)")
     if weight.shape[0] != query.shape[2]:
-        raise ValueError(f"{fn}: weight must have shape ({query.shape[2]},), got {V._shape(weight)}")
+        raise ValueError(f"{fn}: weight must have shape ({query.shape[2]},), got {V.shape_str(weight)}")
     for name, t in (("query", query), ("key", key), ("weight", weight)):
         if t.dtype not in V.FLOAT_DTYPES:
             raise TypeError(f"{fn}: {name} must be a floating tensor, got {t.dtype}")
@@ -87,10 +87,10 @@ def attention_fusion_step(weight, value, index_target, index_refer):
         if t.dtype not in V.FLOAT_DTYPES:
             raise TypeError(f"{fn}: {name} must be a floating tensor, got {t.dtype}")
     if weight.shape[1] != value.shape[1]:
-        raise ValueError(f"{fn}: weight must have shape (m, {value.shape[1]}) like value's groups, got {V._shape(weight)}")
+        raise ValueError(f"{fn}: weight must have shape (m, {value.shape[1]}) like value's groups, got {V.shape_str(weight)}")
     same_device(fn, "value", value, weight=weight)
     it, ir = _check_pairs(fn, index_target, index_refer, value.shape[0], value.shape[0], value.device)
     if it.shape[0] != weight.shape[0]:
-        raise ValueError(f"{fn}: weight must have shape ({it.shape[0]}, g) like index_target, got {V._shape(weight)}")
+        raise ValueError(f"{fn}: weight must have shape ({it.shape[0]}, g) like index_target, got {V.shape_str(weight)}")
     contrib = weight.unsqueeze(-1) * value.index_select(0, ir)
     return group_reduce(contrib, it, value.shape[0], "sum")

@@ -48,7 +48,7 @@ def farthest_point_sampling(xyz, offset, new_offset):
         raise TypeError(f"{fn}: new_offset must be an integer tensor of shape ({off.shape[0]},), got "
                         f"{new_offset.dtype if isinstance(new_offset, torch.Tensor) else type(new_offset).__name__}")
     if new_offset.dim() != 1 or new_offset.shape[0] != off.shape[0]:
-        raise ValueError(f"{fn}: new_offset must have shape ({off.shape[0]},) like offset, got {V._shape(new_offset)}")
+        raise ValueError(f"{fn}: new_offset must have shape ({off.shape[0]},) like offset, got {V.shape_str(new_offset)}")
     V.check_host_readable(fn, "new_offset", new_offset, xyz.device)
     new_off = new_offset.to(device=xyz.device, dtype=torch.int64)
     counts = torch.diff(new_off, prepend=new_off.new_zeros(1))

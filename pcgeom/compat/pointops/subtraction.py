@@ -33,7 +33,7 @@ def subtraction(input1, input2, idx):
     check_feat(fn, "input1", input1)
     check_feat(fn, "input2", input2)
     if input2.shape[1] != input1.shape[1]:
-        raise ValueError(f"{fn}: input2 must have shape (n, {input1.shape[1]}) like input1, got {V._shape(input2)}")
+        raise ValueError(f"{fn}: input2 must have shape (n, {input1.shape[1]}) like input1, got {V.shape_str(input2)}")
     same_device(fn, "input1", input1, input2=input2)
     idx = check_idx(fn, "idx", idx, input1.shape[0], input2.shape[0], input1.device)
     diff = input1.unsqueeze(1) - _knn_gather(input2[None], idx[None])[0]

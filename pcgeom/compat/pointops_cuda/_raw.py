@@ -14,7 +14,7 @@ from pcgeom import _validation as V
 def int_arg(fn, name, v, minimum=0):
     if isinstance(v, torch.Tensor):
         if v.numel() != 1:
-            raise TypeError(f"{fn}: {name} must be an int, got a tensor of shape {V._shape(v)}")
+            raise TypeError(f"{fn}: {name} must be an int, got a tensor of shape {V.shape_str(v)}")
         v = int(v)
     return V.check_int(fn, name, v, minimum=minimum)
 
@@ -33,7 +33,7 @@ def out_arg(fn, name, t, shape, ref_device, dtype=None):
     # The kernels write through the data pointer, so any tensor of that many
     # elements works there; a non-contiguous one only in the logical shape.
     if tuple(t.shape) != tuple(shape) and (t.numel() != numel(shape) or not t.is_contiguous()):
-        raise ValueError(f"{fn}: {name} must have shape {tuple(shape)}, got {V._shape(t)}"
+        raise ValueError(f"{fn}: {name} must have shape {tuple(shape)}, got {V.shape_str(t)}"
                          + ("" if t.is_contiguous() else " (non-contiguous)"))
     if t.device != ref_device:
         raise ValueError(f"{fn}: {name} must be on {ref_device}, got {t.device}")
@@ -60,7 +60,7 @@ def feat_arg(fn, name, t, shape, device=None):
         raise TypeError(f"{fn}: {name} must be a floating tensor, got {t.dtype}")
     for i, s in enumerate(shape):
         if s is not None and t.shape[i] != s:
-            raise ValueError(f"{fn}: {name} must have shape {tuple(shape)}, got {V._shape(t)}")
+            raise ValueError(f"{fn}: {name} must have shape {tuple(shape)}, got {V.shape_str(t)}")
     if device is not None and t.device != device:
         raise ValueError(f"{fn}: {name} must be on {device}, got {t.device}")
 
@@ -71,7 +71,7 @@ def idx_arg(fn, name, idx, shape, n, device):
         raise TypeError(f"{fn}: {name} must be an int32 tensor of shape {shape}, got "
                         f"{idx.dtype if isinstance(idx, torch.Tensor) else type(idx).__name__}")
     if idx.numel() != numel(shape):
-        raise ValueError(f"{fn}: {name} must have shape {shape}, got {V._shape(idx)}")
+        raise ValueError(f"{fn}: {name} must have shape {shape}, got {V.shape_str(idx)}")
     if idx.device != device:
         raise ValueError(f"{fn}: {name} must be on {device}, got {idx.device}")
     idx = idx.reshape(shape).long()

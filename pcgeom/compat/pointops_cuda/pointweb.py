@@ -72,7 +72,7 @@ def _labels(fn, name, t, shape, device=None):
     if t.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"{fn}: {name} must be an int32 tensor (per-point label counts), got {t.dtype}")
     if tuple(t.shape) != tuple(shape):
-        raise ValueError(f"{fn}: {name} must have shape {tuple(shape)}, got {V._shape(t)}")
+        raise ValueError(f"{fn}: {name} must have shape {tuple(shape)}, got {V.shape_str(t)}")
     if device is not None and t.device != device:
         raise ValueError(f"{fn}: {name} must be on {device}, got {t.device}")
 
@@ -444,7 +444,7 @@ def grouping_int_forward_cuda(b, c, n, m, nsample, points, idx, out):
     if points.dtype != torch.int64:
         raise TypeError(f"{fn}: points must be int64 (the kernel reads long), got {points.dtype}")
     if tuple(points.shape) != (b, c, n):
-        raise ValueError(f"{fn}: points must have shape {(b, c, n)}, got {V._shape(points)}")
+        raise ValueError(f"{fn}: points must have shape {(b, c, n)}, got {V.shape_str(points)}")
     i = idx_arg(fn, "idx", idx, (b, m, nsample), n, points.device)
     o = out_arg(fn, "out", out, (b, c, m, nsample), points.device, torch.int64)
     k = m * nsample

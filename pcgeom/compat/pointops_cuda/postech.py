@@ -51,11 +51,11 @@ def furthestsampling_cuda(b, n_max, xyz, offset, new_offset, tmp, idx):
     fn = "furthestsampling_cuda"
     if not isinstance(xyz, torch.Tensor) or xyz.dim() != 2:
         raise ValueError(f"{fn}: xyz must have shape (n, 3) (packed clouds), got "
-                         f"{V._shape(xyz) if isinstance(xyz, torch.Tensor) else type(xyz).__name__}")
+                         f"{V.shape_str(xyz) if isinstance(xyz, torch.Tensor) else type(xyz).__name__}")
     b = int_arg(fn, "b", b, 1)
     if not isinstance(offset, torch.Tensor) or offset.numel() != b:
         raise ValueError(f"{fn}: offset must have b={b} entries, got "
-                         f"{V._shape(offset) if isinstance(offset, torch.Tensor) else type(offset).__name__}")
+                         f"{V.shape_str(offset) if isinstance(offset, torch.Tensor) else type(offset).__name__}")
     res = farthest_point_sampling(xyz, offset, new_offset)
     out_arg(fn, "idx", idx, (res.shape[0],), xyz.device, torch.int32)
     write(idx, res)
@@ -83,7 +83,7 @@ def knnquery_cuda(m, nsample, xyz, new_xyz, offset, new_offset, idx, dist2):
     check_xyz(fn, "xyz", xyz)
     check_xyz(fn, "new_xyz", new_xyz)
     if new_xyz.shape[0] != m:
-        raise ValueError(f"{fn}: new_xyz must have m={m} rows, got {V._shape(new_xyz)}")
+        raise ValueError(f"{fn}: new_xyz must have m={m} rows, got {V.shape_str(new_xyz)}")
     if new_xyz.device != xyz.device or new_xyz.dtype != xyz.dtype:
         raise ValueError(f"{fn}: new_xyz must match xyz's device and dtype ({xyz.device}, {xyz.dtype}), "
                          f"got {new_xyz.device}, {new_xyz.dtype}")

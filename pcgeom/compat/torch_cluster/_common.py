@@ -5,11 +5,12 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from pcgeom import _validation as V
 from pcgeom.graph import batch_to_offsets
 
 
 ORDERS = ("index", "distance")
-INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+INT_DTYPES = V.INT_DTYPES
 
 
 def as_2d(x: Tensor) -> Tensor:

@@ -20,14 +20,14 @@ SEG_REDUCE = ("sum", "add", "mean", "min", "max")
 def check_src(fn: str, src) -> None:
     if not isinstance(src, torch.Tensor):
         raise TypeError(f"{fn}: src must be a torch.Tensor, got {type(src).__name__}")
-    if src.dtype not in V.FLOAT_DTYPES and src.dtype not in _seg._INT:
+    if src.dtype not in V.FLOAT_DTYPES and src.dtype not in V.INT_DTYPES:
         raise TypeError(f"{fn}: src must be a floating or integer tensor, got {src.dtype}")
     if src.dim() == 0:
         raise ValueError(f"{fn}: src must have at least one dimension, got a 0-d tensor")
 
 
 def check_index(fn: str, name: str, index, src: Tensor) -> None:
-    if not isinstance(index, torch.Tensor) or index.dtype not in _seg._INT:
+    if not isinstance(index, torch.Tensor) or index.dtype not in V.INT_DTYPES:
         got = index.dtype if isinstance(index, torch.Tensor) else type(index).__name__
         raise TypeError(f"{fn}: {name} must be an integer tensor, got {got}")
     if index.device != src.device:
@@ -166,7 +166,7 @@ class Plan:
 def reduce_plan(fn: str, plan: Plan, src: Tensor, reduce: str, want_arg: bool):
     red = {"add": "sum", "mul": "prod"}.get(reduce, reduce)
     x = plan.rows(src)
-    vals, arg, counts = _seg._grouped(fn, x, plan.key, plan.S, red, want_arg)
+    vals, arg, counts = _seg.grouped_rows(fn, x, plan.key, plan.S, red, want_arg)
     return plan.unrows(vals), (plan.arg(arg) if arg is not None else None), counts
 
 

@@ -95,7 +95,7 @@ def _segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str
         p = ptr[(0,) * dim]
         lo, hi = p[0], p[-1]
         lengths = p[1:] - p[:-1]
-        acc = _seg._ACC.get(src.dtype, src.dtype)
+        acc = _seg.HALF_ACC.get(src.dtype, src.dtype)
         body = src.narrow(dim, int(lo), int(hi - lo)) if (int(lo), int(hi)) != (0, E) else src
         lens = lengths.expand(list(src.shape[:dim]) + [S]).contiguous() if dim else lengths
         vals = torch.segment_reduce(body.to(acc), "sum", lengths=lens, axis=dim, unsafe=True, initial=0)

@@ -30,7 +30,7 @@ def _softmax(src: Tensor, index: Tensor, dim: int, dim_size: Optional[int], log:
     idx = broadcast_index(fn, "index", index, list(src.shape), d)
     plan = plan_for(fn, idx, d, index, src, None, dim_size)
     # Only the values of the maxima matter here (a shift by -0.0 or +0.0 is the same shift).
-    mx = plan.unrows(_seg._extreme_values(plan.rows(src).detach(), plan.key, plan.S, "max"))
+    mx = plan.unrows(_seg.extreme_values(plan.rows(src).detach(), plan.key, plan.S, "max"))
     shifted = src - plan.gather(mx)
     ex = shifted.exp()
     tot, _, _ = reduce_plan(fn, plan, ex, "sum", False)
