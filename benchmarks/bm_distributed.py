@@ -60,20 +60,22 @@ def _rank(rank: int, world: int, port: int, a: dict, outdir: str) -> None:
     torch.set_num_threads(threads)
     import torch.distributed as dist
 
+    from pcgeom import _collectives
     from pcgeom import distributed as PD
+    from pcgeom._sharded_knn import shard_topk
 
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(minutes=30))
     lo, hi = PD.shard_bounds(a["gallery"])
     shard = _rows(lo, hi, a["dim"], a["seed"])
     query = torch.rand((a["queries"], a["dim"]), generator=torch.Generator().manual_seed(a["seed"] + 7))
     k = a["k"]
-    g = PD._resolve("bench", None)
+    g = _collectives.resolve("bench", None)
 
     def local():
-        return PD._local_topk(query, shard, k, "l2", PD.SEARCH_CHUNK_BYTES)
+        return shard_topk(query, shard, k, "l2", PD.SEARCH_CHUNK_BYTES)
 
     def exchange(d_loc, i_loc):
-        return timed_call(lambda: PD._all_gather_columns(g, [d_loc, i_loc.to(torch.int32)]))[1]
+        return timed_call(lambda: _collectives.all_gather_columns(g, [d_loc, i_loc.to(torch.int32)]))[1]
 
     res = PD.knn(query, shard, k)  # warm-up (and the answer)
     rss_before = status_kib("VmRSS")

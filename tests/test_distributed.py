@@ -23,6 +23,7 @@ import pytest
 import torch
 
 import pcgeom
+from pcgeom import _collectives as collectives
 from pcgeom import distributed as PD
 from pcgeom.nn import KNNClassifier
 
@@ -337,7 +338,7 @@ def _classifier_checks(rank: int, world: int, save_to: str | None, load_from: st
         loaded = KNNClassifier.load_sharded(load_from, process_group=group)
         assert loaded.k == 4 and loaded.weights == "distance" and loaded.num_classes == C
         assert len(loaded) == len(ref["labels"]) and loaded.shard_sizes == tuple(
-            b - a for a, b in (PD._bounds(len(ref["labels"]), r, world) for r in range(world)))
+            b - a for a, b in (collectives.bounds(len(ref["labels"]), r, world) for r in range(world)))
         single = KNNClassifier(ref["features"], ref["labels"], 4, weights="distance")
         same(loaded, single, ref["query"])
 
@@ -400,7 +401,7 @@ def test_errors_without_a_process_group():
 def test_shard_bounds_split_evenly_in_order():
     for n in (0, 1, 7, 10, 11):
         for world in (1, 2, 3, 4):
-            bounds = [PD._bounds(n, r, world) for r in range(world)]
+            bounds = [collectives.bounds(n, r, world) for r in range(world)]
             assert bounds[0][0] == 0 and bounds[-1][1] == n
             assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
             sizes = [b - a for a, b in bounds]
@@ -410,12 +411,12 @@ def test_shard_bounds_split_evenly_in_order():
 
 def test_checksum_is_order_and_bit_sensitive():
     x = torch.rand(100, 8)
-    assert PD._checksum(x) == PD._checksum(x.clone())
-    assert PD._checksum(x) != PD._checksum(x.flip(0))
+    assert collectives.checksum(x) == collectives.checksum(x.clone())
+    assert collectives.checksum(x) != collectives.checksum(x.flip(0))
     y = x.clone()
     y[50, 3] = torch.nextafter(y[50, 3], torch.tensor(2.0))
-    assert PD._checksum(x) != PD._checksum(y)
-    assert PD._checksum(x.double()) != PD._checksum(x.double() * -1)
+    assert collectives.checksum(x) != collectives.checksum(y)
+    assert collectives.checksum(x.double()) != collectives.checksum(x.double() * -1)
 
 
 # ------------------------------------------------------------------------- pcgeom group under torchrun

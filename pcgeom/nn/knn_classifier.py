@@ -1,6 +1,13 @@
 """``pcgeom.nn.KNNClassifier``: a k-nearest-neighbour classifier / retrieval index
 over feature vectors that lives inside a PyTorch pipeline.
 
+This file is the module itself: the gallery it holds (construction, :meth:`add`,
+sharding) and its settings.  The work is done by one module per idea, each a
+set of functions on plain tensors: :mod:`pcgeom.nn.search` (the neighbour
+search, single-process or sharded), :mod:`pcgeom.nn.vote` (scores and
+confidence from the neighbours), :mod:`pcgeom.nn.store` (``state_dict`` and the
+sharded folder), with the argument checks they share in :mod:`pcgeom.nn.checks`.
+
 The neighbour search is :func:`pcgeom.knn` (exact, memory-bounded, ties to the
 lower index); everything after it -- the vote, the weights, the confidence -- is
 plain torch on ``(B, k)`` tensors, so the module runs on any device, under
@@ -9,139 +16,19 @@ plain torch on ``(B, k)`` tensors, so the module runs on any device, under
 
 from __future__ import annotations
 
-import json
-import numbers
-import re
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from pcgeom import _collectives as C
 from pcgeom import _validation as V
-from pcgeom import distributed as _dist
-from pcgeom.io.output import write_atomic
-from pcgeom.ops.knn import KNNResult, knn
-
-_WEIGHTS = ("uniform", "distance", "softmax")
-_METRICS = ("l2", "cosine")
-_STATE_VERSION = 1
-_STATE_VERSIONS_READ = (1,)  # extra-state versions this pcgeom can load
-_MANIFEST = "manifest.json"
-_SHARDED_FORMAT = "pcgeom.nn.KNNClassifier/sharded"
-_SHARDED_VERSION = 1
-_SHARD_FILE = re.compile(r"shard-\d{5}-of-\d{5}\.pt")
-
-
-def _load_shard(fn: str, f: Path) -> dict:
-    """``torch.load`` of one shard with ``weights_only=True``: tensors only, no pickled code is ever run.
-
-    A truncated, damaged or foreign file (a pickle that would run code is
-    refused by the weights-only unpickler) raises ``ValueError`` naming it.
-    """
-    try:
-        data = torch.load(f, map_location="cpu", weights_only=True, mmap=True)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{fn}: shard {f} is missing (incomplete copy of the folder?)") from None
-    except Exception as exc:  # UnpicklingError (code refused), RuntimeError (truncated zip), ...
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"{fn}: cannot load shard {f}: not a complete tensors-only file written by "
-                         f"save_sharded (truncated, damaged, or holding objects other than tensors; nothing "
-                         f"in it was run): {type(exc).__name__}: {first}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{fn}: shard {f} holds a {type(data).__name__}, not the dict save_sharded writes")
-    return data
-
-
-
-
-def _check_choice(fn: str, name: str, value, choices) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{fn}: {name} must be one of {choices}, got {type(value).__name__} {value!r}")
-    if value not in choices:
-        raise ValueError(f"{fn}: {name} must be one of {choices}, got {value!r}")
-    return value
-
-
-def _check_features(fn: str, name: str, t) -> None:
-    V.check_tensor(fn, name, t, 2, "(N, D)")
-    if t.dtype not in V.FLOAT_DTYPES:
-        raise TypeError(f"{fn}: {name} must be float16, bfloat16, float32 or float64, got {t.dtype}")
-    if t.shape[1] < 1:
-        raise ValueError(f"{fn}: {name} must have at least one feature (D >= 1), got shape {V.shape_str(t)}")
-
-
-def _as_labels(fn: str, name: str, labels, n: int, device) -> torch.Tensor:
-    """Integer class indices ``(n,)`` as int64 on ``device`` (range checked by the caller)."""
-    if not isinstance(labels, torch.Tensor):
-        try:
-            labels = torch.as_tensor(labels)
-        except Exception as exc:
-            raise TypeError(
-                f"{fn}: {name} must be an integer tensor of class indices with shape ({n},), "
-                f"got {type(labels).__name__}"
-            ) from exc
-    if labels.dtype not in V.INT_DTYPES:
-        raise TypeError(
-            f"{fn}: {name} must hold integer class indices (int8/16/32/64 or uint8), got dtype {labels.dtype}"
-        )
-    if labels.dim() != 1 or labels.shape[0] != n:
-        raise ValueError(
-            f"{fn}: {name} must have shape ({n},), one label per feature row, got {V.shape_str(labels)}"
-        )
-    return labels.to(device=device, dtype=torch.int64)
-
-
-def _check_label_range(fn: str, name: str, labels: torch.Tensor, num_classes: int) -> None:
-    if labels.numel() == 0:
-        return
-    lo, hi = int(labels.min()), int(labels.max())
-    if lo < 0 or hi >= num_classes:
-        bad = int(labels.argmin()) if lo < 0 else int(labels.argmax())
-        raise ValueError(
-            f"{fn}: {name} must be class indices in [0, num_classes={num_classes}), "
-            f"got {name}[{bad}]={int(labels[bad])}"
-        )
-
-
-def _check_state_version(fn: str, extra) -> None:
-    """A state_dict's extra state must carry a version this pcgeom reads.
-
-    A newer pcgeom may change what the state means; loading it silently would
-    give a classifier that looks right and is not.  (A state without the key
-    is left to the other checks: every version written so far has one.)
-    """
-    if isinstance(extra, dict) and "version" in extra:
-        v = extra["version"]
-        if isinstance(v, bool) or not isinstance(v, int) or v not in _STATE_VERSIONS_READ:
-            reads = " or ".join(str(r) for r in _STATE_VERSIONS_READ)
-            raise ValueError(f"{fn}: the state_dict's extra state has version {v!r}; this pcgeom reads version "
-                             f"{reads} (saved by a newer pcgeom, or damaged)")
-
-
-def _check_loaded_gallery(fn: str, features, labels, extra, num_classes: int) -> None:
-    """What the constructor checks, for a gallery that is being loaded (state_dict or shards).
-
-    Raises the constructor's errors (named ``fn``) before anything is copied:
-    ``TypeError`` for non-floating features or non-integer labels (float labels
-    would otherwise be truncated silently), ``ValueError`` for a wrong shape or
-    labels outside ``[0, num_classes)`` (else a bare scatter error in
-    :meth:`KNNClassifier.predict`).  ``num_classes`` is the saved one when the
-    extra state holds a valid value.
-    """
-    if isinstance(extra, dict):
-        nc = extra.get("num_classes")
-        if isinstance(nc, numbers.Integral) and not isinstance(nc, bool) and nc >= 1:
-            num_classes = int(nc)
-    if features is not None:
-        if not isinstance(features, torch.Tensor):
-            raise TypeError(f"{fn}: features must be a torch.Tensor of shape (N, D), got {type(features).__name__}")
-        _check_features(fn, "features", features)
-    if labels is not None:
-        if not isinstance(labels, torch.Tensor):
-            raise TypeError(f"{fn}: labels must be an integer tensor of class indices, got {type(labels).__name__}")
-        n = features.shape[0] if isinstance(features, torch.Tensor) else labels.shape[0] if labels.dim() else -1
-        lab = _as_labels(fn, "labels", labels, n, labels.device)
-        _check_label_range(fn, "labels", lab, num_classes)
+from pcgeom._chunked_knn import METRICS, normalize_rows
+from pcgeom.nn import store
+from pcgeom.nn.checks import as_labels, check_choice, check_features, check_label_range
+from pcgeom.nn.search import check_query, labels_at, search, search_sharded
+from pcgeom.nn.vote import WEIGHTS, check_neighbors, class_scores, neighbor_confidence
+from pcgeom.ops.knn import KNNResult
 
 
 class KNNClassifier(nn.Module):
@@ -304,26 +191,26 @@ class KNNClassifier(nn.Module):
         process_group=None,
     ) -> None:
         super().__init__()
-        self._group = None  # pcgeom.distributed._Group of a sharded gallery
+        self._group = None  # the pcgeom._collectives.Group of a sharded gallery
         self._shard_sizes: list[int] | None = None  # every rank's shard size (sharded only)
         if process_group is not None:
             self._init_sharded(features, labels, k, num_classes, weights, temperature, metric, process_group)
             return
         fn = "KNNClassifier"
-        self._metric = _check_choice(fn, "metric", metric, _METRICS)
+        self._metric = check_choice(fn, "metric", metric, METRICS)
         self.k = k
         self.weights = weights
         self.temperature = temperature
-        _check_features(fn, "features", features)
+        check_features(fn, "features", features)
         n = features.shape[0]
-        labels = _as_labels(fn, "labels", labels, n, features.device)
+        labels = as_labels(fn, "labels", labels, n, features.device)
         if num_classes is None:
             if n == 0:
                 raise ValueError(f"{fn}: num_classes must be given when the gallery is empty (features has shape {V.shape_str(features)})")
             # max(.., 1): negative labels are then reported by the range check.
             num_classes = max(int(labels.max()) + 1, 1)
         self._num_classes = V.check_int(fn, "num_classes", num_classes, minimum=1)
-        _check_label_range(fn, "labels", labels, self._num_classes)
+        check_label_range(fn, "labels", labels, self._num_classes)
 
         if isinstance(features, nn.Parameter):
             self.register_parameter("features", features)
@@ -333,14 +220,14 @@ class KNNClassifier(nn.Module):
 
     def _init_sharded(self, features, labels, k, num_classes, weights, temperature, metric, process_group) -> None:
         fn = "KNNClassifier"
-        g = _dist._resolve(fn, process_group)
+        g = C.resolve(fn, process_group)
 
         def local():
-            self._metric = _check_choice(fn, "metric", metric, _METRICS)
+            self._metric = check_choice(fn, "metric", metric, METRICS)
             self.k = k
             self.weights = weights
             self.temperature = temperature
-            _check_features(fn, "features", features)
+            check_features(fn, "features", features)
             if isinstance(features, nn.Parameter) or features.requires_grad:
                 raise TypeError(
                     f"{fn}: a sharded gallery (process_group=...) must be a plain tensor: it is searched without "
@@ -348,25 +235,25 @@ class KNNClassifier(nn.Module):
                     "features.detach()"
                 )
             n = features.shape[0]
-            lab = _as_labels(fn, "labels", labels, n, features.device)
+            lab = as_labels(fn, "labels", labels, n, features.device)
             nc = -1
             if num_classes is not None:
                 nc = V.check_int(fn, "num_classes", num_classes, minimum=1)
-                _check_label_range(fn, "labels", lab, nc)
+                check_label_range(fn, "labels", lab, nc)
             elif n and int(lab.min()) < 0:
                 bad = int(lab.argmin())
                 raise ValueError(f"{fn}: labels must be class indices >= 0, got labels[{bad}]={int(lab[bad])}")
-            facts = [features.shape[1], _dist._dtype_code(features.dtype), _METRICS.index(self._metric), nc,
-                     int(lab.max()) if n else -1, n, _dist._device_code(features.device)]
+            facts = [features.shape[1], C.dtype_code(features.dtype), METRICS.index(self._metric), nc,
+                     int(lab.max()) if n else -1, n, C.device_code(features.device)]
             return lab, facts
 
-        lab, facts = _dist._agree(fn, g, "KNNClassifier", local)
+        lab, facts = C.agree(fn, g, "KNNClassifier", local)
         D, dts, mets, ncs, tops, sizes, devs = (facts[:, j].tolist() for j in range(7))
-        _dist._same(fn, "number of features D (features.shape[1])", D)
-        _dist._same(fn, "features dtype", [str(_dist._DTYPES[c]) for c in dts], TypeError)
-        _dist._same(fn, "metric", [_METRICS[c] for c in mets])
-        _dist._same(fn, "num_classes", [None if c < 0 else c for c in ncs])
-        _dist._same(fn, "device type", [_dist._device_name(c) for c in devs])
+        C.same(fn, "number of features D (features.shape[1])", D)
+        C.same(fn, "features dtype", [C.dtype_name(c) for c in dts], TypeError)
+        C.same(fn, "metric", [METRICS[c] for c in mets])
+        C.same(fn, "num_classes", [None if c < 0 else c for c in ncs])
+        C.same(fn, "device type", [C.device_name(c) for c in devs])
         nc = ncs[0]
         if nc < 0:
             if sum(sizes) == 0:
@@ -405,7 +292,7 @@ class KNNClassifier(nn.Module):
         """
         if process_group is None:
             return cls(features, labels, k, **options)
-        g = _dist._resolve("KNNClassifier.from_full_gallery", process_group)
+        g = C.resolve("KNNClassifier.from_full_gallery", process_group)
         if isinstance(features, torch.Tensor) and features.dim() == 2:
             try:
                 lab = labels if isinstance(labels, torch.Tensor) else torch.as_tensor(labels)
@@ -414,7 +301,7 @@ class KNNClassifier(nn.Module):
             # Slice only consistent inputs; anything else goes to the constructor whole, so every rank
             # reports the same error.
             if lab is not None and lab.dim() == 1 and lab.shape[0] == features.shape[0]:
-                lo, hi = _dist._bounds(features.shape[0], g.rank, g.world)
+                lo, hi = C.bounds(features.shape[0], g.rank, g.world)
                 features, labels = features[lo:hi].clone(), lab[lo:hi].clone()
         return cls(features, labels, k, process_group=process_group, **options)
 
@@ -435,7 +322,7 @@ class KNNClassifier(nn.Module):
 
     @weights.setter
     def weights(self, value) -> None:
-        self._weights = _check_choice("KNNClassifier", "weights", value, _WEIGHTS)
+        self._weights = check_choice("KNNClassifier", "weights", value, WEIGHTS)
 
     @property
     def temperature(self) -> float:
@@ -501,7 +388,7 @@ class KNNClassifier(nn.Module):
         if self._metric != "cosine":
             return x
         # One implementation for the single-process and the sharded search.
-        return _dist._normalize_rows(x)
+        return normalize_rows(x)
 
     def _gallery(self) -> torch.Tensor:
         if isinstance(self.features, nn.Parameter):
@@ -542,7 +429,7 @@ class KNNClassifier(nn.Module):
 
     def _check_new_items(self, fn: str, features, labels) -> torch.Tensor:
         """Validates items for :meth:`add` against the gallery; returns the labels as int64."""
-        _check_features(fn, "features", features)
+        check_features(fn, "features", features)
         g = self.features
         if features.shape[1] != g.shape[1]:
             raise ValueError(
@@ -552,8 +439,8 @@ class KNNClassifier(nn.Module):
             raise TypeError(f"{fn}: features must have the gallery's dtype {g.dtype}, got {features.dtype}")
         if features.device != g.device:
             raise ValueError(f"{fn}: features must be on the gallery's device {g.device}, got {features.device}")
-        labels = _as_labels(fn, "labels", labels, features.shape[0], g.device)
-        _check_label_range(fn, "labels", labels, self._num_classes)
+        labels = as_labels(fn, "labels", labels, features.shape[0], g.device)
+        check_label_range(fn, "labels", labels, self._num_classes)
         return labels
 
     def _add_sharded(self, fn: str, features, labels) -> None:
@@ -562,12 +449,12 @@ class KNNClassifier(nn.Module):
         def local():
             lab = self._check_new_items(fn, features, labels)
             g = self.features
-            facts = [features.shape[0], _dist._checksum(features), _dist._checksum(lab), g.shape[0]]
+            facts = [features.shape[0], C.checksum(features), C.checksum(lab), g.shape[0]]
             return lab, facts
 
-        lab, facts = _dist._agree(fn, grp, "KNNClassifier.add", local)
+        lab, facts = C.agree(fn, grp, "KNNClassifier.add", local)
         ns, fsums, lsums, sizes = (facts[:, j].tolist() for j in range(4))
-        _dist._same(fn, "number of new items", ns)
+        C.same(fn, "number of new items", ns)
         if len(set(fsums)) > 1 or len(set(lsums)) > 1:
             raise ValueError(f"{fn}: every rank must pass the same new items (features and labels), but their "
                              "values differ between ranks; all_gather them first if each rank has its own")
@@ -581,74 +468,14 @@ class KNNClassifier(nn.Module):
 
     # ------------------------------------------------------------------ search
     def _check_query(self, fn: str, query) -> torch.Tensor:
-        g = self.features
-        V.check_tensor(fn, "query", query, 2, f"(B, {g.shape[1]})")
-        if query.shape[1] != g.shape[1]:
-            raise ValueError(
-                f"{fn}: query must have shape (B, D) with the gallery's D={g.shape[1]}, got {V.shape_str(query)}"
-            )
-        if query.dtype != g.dtype:
-            raise TypeError(
-                f"{fn}: query must have the gallery's dtype {g.dtype}, got {query.dtype} "
-                "(convert one of them: .to(dtype) on the query or on the classifier)"
-            )
-        if query.device != g.device:
-            raise ValueError(f"{fn}: query must be on the gallery's device {g.device}, got {query.device}")
+        check_query(fn, query, self.features)
         return self._normalized(query)
-
-    def _select(self, q: torch.Tensor, g: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """pcgeom.knn over gallery slices of at most ``search_chunk_bytes``, merged.
-
-        A search kernel may keep per-call copies of the points it searches (a
-        transposed or float32 copy): slicing bounds them by the chunk, whatever
-        the gallery size.  Each slice's results are sorted by (distance, index)
-        and the slices are in index order, so a stable sort of the concatenation
-        by distance is the (distance, global index) order of one big search:
-        the answer is bit-identical.
-        """
-        n, D = g.shape
-        rows = max(k, self.search_chunk_bytes // (D * torch.finfo(V.acc_dtype(g.dtype)).bits // 8))
-        if n <= rows:
-            d, i = knn(q[None], g[None], k)
-            return d[0], i[0]
-        ds, ids = [], []
-        for s in range(0, n, rows):
-            e = min(n, s + rows)
-            d, i = knn(q[None], g[None, s:e], min(k, e - s))
-            ds.append(d[0])
-            ids.append(i[0] + s)
-        d, i = torch.cat(ds, 1), torch.cat(ids, 1)
-        order = torch.sort(d, dim=1, stable=True).indices[:, :k]  # NaN sorts last, as in pcgeom.knn
-        return d.gather(1, order), i.gather(1, order)
 
     def _search(self, fn: str, query, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self._group is not None:
             return self._search_sharded(fn, query, k)
         q = self._check_query(fn, query)
-        g = self._gallery()
-        n = g.shape[0]
-        if k > n:
-            raise ValueError(
-                f"{fn}: k={k} is larger than the gallery ({n} items); add items with add() or lower k"
-            )
-        B, D = q.shape
-        # Select on detached tensors: pcgeom.knn's backward would build a dense
-        # (N, D) gradient for the whole gallery; the few selected rows are
-        # gathered below instead.
-        d_sel, idx = self._select(q.detach(), g.detach(), k)
-        acc = V.acc_dtype(q.dtype)
-        half = q.dtype in (torch.float16, torch.bfloat16)
-        needs_grad = torch.is_grad_enabled() and (q.requires_grad or g.requires_grad)
-        if not (half or needs_grad):
-            return d_sel, idx
-        nb = g.index_select(0, idx.reshape(-1)).reshape(B, k, D)
-        diff = q.to(acc)[:, None, :] - nb.to(acc)
-        d_re = (diff * diff).sum(-1)
-        if half:
-            return d_re, idx
-        # Value: pcgeom.knn's distances exactly (d_re - d_re.detach() is 0);
-        # gradient: that of the recomputed distances.
-        return d_sel + (d_re - d_re.detach()), idx
+        return search(fn, q, self._gallery(), k, self.search_chunk_bytes)
 
     def _search_sharded(self, fn: str, query, k) -> tuple[torch.Tensor, torch.Tensor]:
         """The single-process answer from a sharded gallery (collective, no autograd graph).
@@ -656,51 +483,17 @@ class KNNClassifier(nn.Module):
         ``k`` (None: ``self.k``) is validated with the other arguments inside the
         agreement step, so a bad value on one rank raises on every rank.
         """
-        grp = self._group
-
         def prepare():
             kk = self._k if k is None else V.check_int(fn, "k", k, minimum=1)
             return self._check_query(fn, query), self.features, kk
 
-        d_sel, idx, sizes, q = _dist._sharded_search(
-            fn, grp, prepare, op="KNNClassifier search", chunk_bytes=self.search_chunk_bytes,
-            k_within_gallery=f" across {grp.world} ranks",
-        )
-        self._shard_sizes = sizes
-        if q.dtype in (torch.float16, torch.bfloat16):
-            d_sel = self._owned_distances(q, idx)
+        d_sel, idx, self._shard_sizes = search_sharded(fn, self._group, prepare, self.features,
+                                                       self.search_chunk_bytes)
         return d_sel, idx
-
-    def _owned(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Which global indices this rank holds, and their local rows (0 elsewhere)."""
-        off, n = self.shard_offset, self.features.shape[0]
-        own = (idx >= off) & (idx < off + n)
-        return own, torch.where(own, idx - off, torch.zeros_like(idx))
-
-    def _owned_distances(self, q: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        """float32 distances to the selected rows, as the single-process path recomputes them.
-
-        The rank holding a row evaluates the same ``(B, k, D)`` expression as
-        :meth:`_search` (other slots hold zero rows and are masked to 0), and one
-        all_reduce sums them: adding exact zeros, so each value is the holder's, bit for bit.
-        """
-        B, k = idx.shape
-        g = self.features
-        own, loc = self._owned(idx)
-        nb = torch.zeros((B, k, g.shape[1]), dtype=g.dtype, device=g.device)
-        if g.shape[0]:
-            nb = torch.where(own[..., None], g.index_select(0, loc.reshape(-1)).reshape(B, k, -1), nb)
-        diff = q.to(torch.float32)[:, None, :] - nb.to(torch.float32)
-        d_re = (diff * diff).sum(-1)
-        return _dist._all_reduce_sum(self._group, torch.where(own, d_re, torch.zeros_like(d_re)))
 
     def _labels_at(self, idx: torch.Tensor) -> torch.Tensor:
         """Labels of global gallery indices (a collective all_reduce when sharded)."""
-        if self._group is None:
-            return self.labels[idx]
-        own, loc = self._owned(idx)
-        lab = self.labels[loc] if self.labels.numel() else torch.zeros_like(idx)
-        return _dist._all_reduce_sum(self._group, torch.where(own, lab, torch.zeros_like(lab)))
+        return labels_at(self._group, idx, self.labels, self.shard_offset)
 
     def kneighbors(self, query, k: int | None = None) -> KNNResult:
         """The k nearest gallery items of each query.
@@ -741,30 +534,11 @@ class KNNClassifier(nn.Module):
             float64 features).
         """
         fn = "KNNClassifier.vote"
-        weights = self._weights if weights is None else _check_choice(fn, "weights", weights, _WEIGHTS)
+        weights = self._weights if weights is None else check_choice(fn, "weights", weights, WEIGHTS)
         if temperature is None:
             temperature = self._temperature
-        V.check_tensor(fn, "dist2", dist2, 2, "(B, k)")
-        V.check_index_tensor(fn, "idx", idx, 2, "(B, k)")
-        if idx.shape != dist2.shape:
-            raise ValueError(f"{fn}: dist2 and idx must have the same shape (B, k), got {V.shape_str(dist2)} and {V.shape_str(idx)}")
-        B, k = idx.shape
-        lab = self._labels_at(idx)
-        acc = dist2.dtype if dist2.dtype in (torch.float32, torch.float64) else torch.float32
-        d = dist2.to(acc)
-        scores = torch.zeros((B, self._num_classes), dtype=acc, device=d.device)
-        if weights == "uniform":
-            # Integer vote counts, then one division: equal counts give
-            # bit-equal scores, so class ties are real ties.
-            return scores.scatter_add_(1, lab, torch.ones_like(d)) / k
-        if weights == "distance":
-            zero = d == 0
-            inv = torch.rsqrt(torch.where(zero, torch.ones_like(d), d))
-            w = torch.where(zero.any(1, keepdim=True), zero.to(acc), inv)
-            w = w / w.sum(1, keepdim=True)
-        else:
-            w = torch.softmax(-d / temperature, dim=1)
-        return scores.scatter_add(1, lab, w)
+        check_neighbors(fn, dist2, idx)
+        return class_scores(dist2, self._labels_at(idx), self._num_classes, weights, temperature)
 
     def confidence_from_neighbors(self, dist2: torch.Tensor, idx: torch.Tensor,
                                   pred: torch.Tensor) -> torch.Tensor:
@@ -779,18 +553,7 @@ class KNNClassifier(nn.Module):
             ``(B,)`` confidences in ``[0, 1]`` (float32, float64 for float64
             features), not differentiable.
         """
-        d = dist2.detach()
-        if d.dtype not in (torch.float32, torch.float64):
-            d = d.float()
-        same = self._labels_at(idx) == pred[:, None]
-        inf = torch.full_like(d, float("inf"))
-        d_same = torch.where(same, d, inf).amin(1)
-        # No other-class neighbour among the k: the nearest one is at least as
-        # far as the k-th neighbour, which gives a lower bound.
-        d_other = torch.minimum(torch.where(same, inf, d).amin(1), d[:, -1])
-        ratio = (d_same / d_other.clamp_min(torch.finfo(d.dtype).tiny)).clamp(0, 1)
-        conf = 1 - ratio.sqrt()
-        return torch.where(d_other > 0, conf, torch.zeros_like(conf))
+        return neighbor_confidence(dist2, self._labels_at(idx) == pred[:, None])
 
     # -------------------------------------------------------------- interface
     def forward(self, query: torch.Tensor) -> torch.Tensor:
@@ -834,26 +597,10 @@ class KNNClassifier(nn.Module):
 
     # -------------------------------------------------------------- state_dict
     def get_extra_state(self):
-        state = {"version": _STATE_VERSION, "num_classes": self._num_classes, "metric": self._metric}
-        if self._group is not None:
-            # Informational: which part of the gallery this rank's state_dict holds.
-            state["shard"] = {"rank": self._group.rank, "world_size": self._group.world,
-                              "shard_sizes": list(self._shard_sizes)}
-        return state
+        return store.extra_state(self._num_classes, self._metric, self._group, self._shard_sizes)
 
     def set_extra_state(self, state) -> None:
-        if not isinstance(state, dict) or "num_classes" not in state or "metric" not in state:
-            raise ValueError(f"KNNClassifier.load_state_dict: unrecognised extra state {state!r}")
-        _check_state_version("KNNClassifier.load_state_dict", state)
-        if state["metric"] != self._metric:
-            raise ValueError(
-                f"KNNClassifier.load_state_dict: the state_dict was saved with metric={state['metric']!r}, "
-                f"this classifier uses metric={self._metric!r}"
-            )
-        nc = state["num_classes"]
-        if isinstance(nc, bool) or not isinstance(nc, numbers.Integral) or nc < 1:
-            raise ValueError(f"KNNClassifier.load_state_dict: bad num_classes {nc!r} in the state_dict")
-        self._num_classes = int(nc)
+        self._num_classes = store.read_extra_state(state, self._metric)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs):
@@ -863,8 +610,8 @@ class KNNClassifier(nn.Module):
         fkey, lkey = prefix + "features", prefix + "labels"
         f_in, l_in = state_dict.get(fkey), state_dict.get(lkey)
         # The version first: an unknown one decides nothing else about the state, and nothing is copied.
-        _check_state_version("KNNClassifier.load_state_dict", state_dict.get(prefix + "_extra_state"))
-        _check_loaded_gallery("KNNClassifier.load_state_dict", f_in, l_in,
+        store.check_state_version("KNNClassifier.load_state_dict", state_dict.get(prefix + "_extra_state"))
+        store.check_loaded_gallery("KNNClassifier.load_state_dict", f_in, l_in,
                               state_dict.get(prefix + "_extra_state"), self._num_classes)
         if isinstance(f_in, torch.Tensor) and isinstance(l_in, torch.Tensor):
             cur = self.features
@@ -881,8 +628,8 @@ class KNNClassifier(nn.Module):
                                       unexpected_keys, error_msgs)
         if self._group is not None:
             # Each rank loaded its own shard (any size): learn everyone's sizes (collective).
-            _, facts = _dist._agree("KNNClassifier.load_state_dict", self._group, "KNNClassifier.load_state_dict",
-                                    lambda: (None, [self.features.shape[0]]))
+            _, facts = C.agree("KNNClassifier.load_state_dict", self._group, "KNNClassifier.load_state_dict",
+                               lambda: (None, [self.features.shape[0]]))
             self._shard_sizes = [int(n) for n in facts[:, 0].tolist()]
 
     # ---------------------------------------------------------- sharded files
@@ -915,59 +662,9 @@ class KNNClassifier(nn.Module):
         Returns:
             ``path`` as a ``pathlib.Path``.
         """
-        fn = "KNNClassifier.save_sharded"
-        op = "KNNClassifier.save_sharded"
-        grp = self._group or _dist._single()
-        path = Path(path)
-
-        def check():
-            if not isinstance(overwrite, bool):
-                raise TypeError(f"{fn}: overwrite must be a bool, got {overwrite!r}")
-            if path.exists() and not path.is_dir():
-                raise FileExistsError(f"{fn}: {path} exists and is not a folder")
-            if (path / _MANIFEST).exists() and not overwrite:
-                raise FileExistsError(f"{fn}: {path} already holds a saved gallery ({_MANIFEST}); "
-                                      "pass overwrite=True to replace it")
-            return None, []
-
-        def start():
-            if grp.rank == 0:
-                path.mkdir(parents=True, exist_ok=True)
-                (path / _MANIFEST).unlink(missing_ok=True)
-            return None, []
-
-        name = f"shard-{grp.rank:05d}-of-{grp.world:05d}.pt"
-
-        def write():
-            # The folder's old shards are this gallery's own earlier outputs (overwrite=True was checked).
-            write_atomic(path / name, lambda tmp: torch.save(
-                {"features": self.features.detach().cpu(), "labels": self.labels.cpu()}, tmp), overwrite=True)
-            return None, [self.features.shape[0]]
-
-        _dist._agree(fn, grp, op, check)
-        _dist._agree(fn, grp, op, start)  # also a barrier: the folder exists, the old manifest is gone
-        _, facts = _dist._agree(fn, grp, op, write)
-        rows = [int(n) for n in facts[:, 0].tolist()]
-
-        def finish():
-            if grp.rank == 0:
-                manifest = {
-                    "format": _SHARDED_FORMAT, "version": _SHARDED_VERSION, "rows": sum(rows),
-                    "dim": int(self.features.shape[1]), "dtype": str(self.features.dtype).removeprefix("torch."),
-                    "metric": self._metric, "num_classes": self._num_classes, "k": self._k,
-                    "weights": self._weights, "temperature": self._temperature,
-                    "shards": [{"file": f"shard-{r:05d}-of-{grp.world:05d}.pt", "rows": n} for r, n in enumerate(rows)],
-                }
-                write_atomic(path / _MANIFEST, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2) + "\n"),
-                             overwrite=True)
-                keep = {s["file"] for s in manifest["shards"]}
-                for f in path.iterdir():
-                    if _SHARD_FILE.fullmatch(f.name) and f.name not in keep:
-                        f.unlink()
-            return None, []
-
-        _dist._agree(fn, grp, op, finish)  # when it returns on any rank, the save is complete
-        return path
+        return store.save_sharded(path, overwrite, self._group or C.single(), self.features, self.labels,
+                                  metric=self._metric, num_classes=self._num_classes, k=self._k,
+                                  weights=self._weights, temperature=self._temperature)
 
     @classmethod
     def load_sharded(cls, path, *, process_group=None, device="cpu") -> "KNNClassifier":
@@ -1004,63 +701,13 @@ class KNNClassifier(nn.Module):
             clf = KNNClassifier.load_sharded("gallery/", process_group=dist.group.WORLD)
         """
         fn = "KNNClassifier.load_sharded"
-        grp = _dist._single() if process_group is None else _dist._resolve(fn, process_group)
-        path = Path(path)
-
-        def read():
-            mpath = path / _MANIFEST
-            if not mpath.is_file():
-                raise FileNotFoundError(f"{fn}: {mpath} not found: not a folder written by save_sharded, or an "
-                                        "incomplete save (the manifest is written last)")
-            try:
-                m = json.loads(mpath.read_text())
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise ValueError(f"{fn}: {mpath} is not valid JSON (truncated or damaged save?): {exc}") from None
-            if not isinstance(m, dict) or m.get("format") != _SHARDED_FORMAT:
-                raise ValueError(f"{fn}: {mpath} is not a KNNClassifier manifest (format {m.get('format')!r})"
-                                 if isinstance(m, dict) else f"{fn}: {mpath} is not a KNNClassifier manifest")
-            if m.get("version") != _SHARDED_VERSION:
-                raise ValueError(f"{fn}: {mpath} has format version {m.get('version')!r}; this pcgeom reads "
-                                 f"version {_SHARDED_VERSION}")
-            for key in ("dtype", "dim", "rows", "shards", "k", "num_classes", "weights", "temperature", "metric"):
-                if key not in m:
-                    raise ValueError(f"{fn}: {mpath} lacks the key {key!r} (truncated or damaged save?)")
-            dtype = getattr(torch, str(m["dtype"]), None)
-            if not isinstance(dtype, torch.dtype):
-                raise ValueError(f"{fn}: {mpath}: unknown dtype {m['dtype']!r}")
-            D, rows = int(m["dim"]), int(m["rows"])
-            lo, hi = _dist._bounds(rows, grp.rank, grp.world)
-            feats, labs, start = [], [], 0
-            for s in m["shards"]:
-                n = int(s["rows"])
-                a, b = max(lo, start), min(hi, start + n)
-                if a < b:
-                    f = path / s["file"]
-                    data = _load_shard(fn, f)
-                    ft, lt = data.get("features"), data.get("labels")
-                    if (not isinstance(ft, torch.Tensor) or ft.shape != (n, D) or ft.dtype != dtype
-                            or not isinstance(lt, torch.Tensor) or lt.shape != (n,)):
-                        raise ValueError(f"{fn}: {f} does not hold the {n} x {D} {m['dtype']} rows and {n} labels "
-                                         f"that {mpath} lists")
-                    nc = V.check_int(fn, "num_classes (manifest)", m["num_classes"], minimum=1)
-                    # The shard's errors name its file: the constructor's messages, after it.
-                    _check_loaded_gallery(f"{fn}: shard {f}", ft, lt, None, nc)
-                    feats.append(ft[a - start:b - start].to(device, copy=True))
-                    labs.append(lt[a - start:b - start].to(device=device, dtype=torch.int64, copy=True))
-                start += n
-            if start != rows:
-                raise ValueError(f"{fn}: {mpath}: its shards hold {start} rows, not the {rows} it lists")
-            features = torch.cat(feats) if feats else torch.empty((0, D), dtype=dtype, device=device)
-            labels = torch.cat(labs) if labs else torch.empty((0,), dtype=torch.int64, device=device)
-            return (m, features, labels), []
-
-        (m, features, labels), _ = _dist._agree(fn, grp, "KNNClassifier.load_sharded", read)
+        grp = C.single() if process_group is None else C.resolve(fn, process_group)
+        m, features, labels, sizes = store.load_sharded(path, grp, device)
         clf = cls(features[:0], labels[:0], m["k"], num_classes=m["num_classes"], weights=m["weights"],
                   temperature=m["temperature"], metric=m["metric"], process_group=process_group)
         # Assigned, not passed to the constructor: cosine rows were saved normalised already.
         clf.features = features
         clf.labels = labels
         if clf._group is not None:
-            rows = int(m["rows"])
-            clf._shard_sizes = [b - a for a, b in (_dist._bounds(rows, r, grp.world) for r in range(grp.world))]
+            clf._shard_sizes = sizes
         return clf
