@@ -305,3 +305,11 @@ def test_shims_serve_pointops_and_pointops_cuda():
         assert {"knn_query", "interpolation2", "offset2batch"} <= set(dir(pointops))
     finally:
         pcgeom.compat.disable_shims()
+
+
+def test_fps_size_error_names_new_offset():
+    # The table that cannot be allocated is named by the caller's argument, not by the inner pcgeom op.
+    from pcgeom.compat import pointops as po
+
+    with pytest.raises(RuntimeError, match=r"^farthest_point_sampling: new_offset=.*1099511627776.*8\.0 TiB"):
+        po.farthest_point_sampling(torch.rand(10, 3), torch.tensor([10], dtype=torch.int32), torch.tensor([2**40]))

@@ -354,3 +354,17 @@ def test_ops_are_not_defined_where_a_real_torch_cluster_is_installed(tmp_path, m
     assert _ops.register_ops() == []  # the real one defines them when it is imported
     monkeypatch.undo()
     assert _ops.register_ops() == []  # already defined in this process: defined once
+
+
+def test_fps_ratio_nan_and_grid_cluster_bad_sizes_are_named_errors():
+    from pcgeom.compat.torch_cluster import fps, grid_cluster
+
+    with pytest.raises(ValueError, match=r"fps: ratio must be in \(0, 1\], got nan"):
+        fps(torch.rand(10, 3), ratio=float("nan"))
+    for size in ([0.0, 0.1, 0.1], [float("nan"), 1.0, 1.0], [-1.0, 1.0, 1.0], [float("inf"), 1.0, 1.0]):
+        with pytest.raises(ValueError, match="grid_cluster: size must be positive and finite"):
+            grid_cluster(torch.rand(10, 3), torch.tensor(size))
+    with pytest.raises(ValueError, match="more than int64 voxel ids can number"):
+        grid_cluster(torch.rand(10, 3) * 1e10, torch.full((3,), 1e-9))
+    ok = grid_cluster(torch.tensor([[0.0, 0.0], [11, 9], [2, 8]]), torch.tensor([5.0, 5.0]))
+    assert ok.tolist() == [0, 5, 3]

@@ -339,3 +339,40 @@ def test_errors_name_the_argument():
     with pytest.raises(RuntimeError, match=r"scatter_sum: dim_size=2305843009213693952 is too large: the output "
                                            r"of shape \(2305843009213693952, 2\) would need 16.0 EiB"):
         ts.scatter_sum(src, torch.tensor([0, 1, 2, 0]), 0, dim_size=2**61)
+
+
+def test_logsumexp_propagates_nan_and_keeps_inf():
+    # torch_scatter's nan_to_num turned a NaN group into 0 and +inf into finfo.max; pcgeom's rule is torch.logsumexp's.
+    from pcgeom.compat.torch_scatter import scatter_logsumexp
+
+    nan, inf = float("nan"), float("inf")
+    src = torch.tensor([nan, 1.0, inf, 1.0, 0.0, 0.0])
+    got = scatter_logsumexp(src, torch.tensor([0, 0, 1, 1, 3, 3]))
+    assert torch.isnan(got[0]) and got[1] == inf and got[2] == 0.0  # group 2 is empty
+    assert torch.allclose(got[3], torch.logsumexp(torch.zeros(2), 0))
+    out = torch.tensor([0.0, nan, 1.0])
+    got = scatter_logsumexp(torch.tensor([1.0, 2.0, nan]), torch.tensor([0, 1, 2]), out=out)
+    assert got is out and torch.isfinite(got[0]) and torch.isnan(got[1]) and torch.isnan(got[2])
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "mul"])
+def test_out_takes_the_elements_in_order_after_its_own_value(reduce):
+    # torch_scatter's CPU kernel adds into out in place: ((out + s1) + s2) + ...; the stand-in's docstring says
+    # the same. It used to add the group's own sum to out, which rounds differently.
+    from pcgeom.compat.torch_scatter import scatter
+
+    g = torch.Generator().manual_seed(0)
+    for trial in range(50):
+        src = torch.randn(9, 3, generator=g) * 10.0 ** torch.randint(-4, 5, (9, 1), generator=g)
+        idx = torch.randint(0, 3, (9,), generator=g)
+        out = torch.randn(3, 3, generator=g) * 1e3
+        ref = out.clone()
+        for j in range(9):
+            ref[idx[j]] = ref[idx[j]] * src[j] if reduce == "mul" else ref[idx[j]] + src[j]
+        if reduce == "mean":
+            ref /= torch.bincount(idx, minlength=3).clamp(min=1)[:, None].to(ref.dtype)
+        got = scatter(src, idx, dim=0, out=out.clone(), reduce=reduce)
+        assert torch.equal(got, ref), (trial, reduce)
+    if reduce == "sum":  # a slot no index names keeps out's bits, -0.0 included
+        got = scatter(torch.tensor([2.0]), torch.tensor([1]), out=torch.tensor([-0.0, 1.0]))
+        assert torch.signbit(got[0]) and got[1] == 3.0

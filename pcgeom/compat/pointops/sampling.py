@@ -67,6 +67,9 @@ def farthest_point_sampling(xyz, offset, new_offset):
                          f"{int(counts[bad_empty])} samples of it")
     if m == 0:
         return torch.zeros(0, dtype=torch.int32, device=xyz.device)
+    # The packed FPS pads every cloud to the largest count: size it by the caller's argument, not the inner op's.
+    V.check_fits(fn, "new_offset", f"[..., {m}] (up to {int(counts.max())} samples per cloud)",
+                 "the per-cloud sample table", (off.shape[0], int(counts.max())), 8, xyz.device)
     with torch.no_grad():
         idx = _pc_fps(xyz, counts, offsets=off)  # (m,) int64, -1 past a cloud's size
         starts = off - lengths

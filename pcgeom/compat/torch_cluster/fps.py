@@ -31,7 +31,7 @@ def fps_impl(src: Tensor, batch: Optional[Tensor], ratio: Optional[Union[Tensor,
         ratio_t = torch.tensor(0.5, dtype=torch.float32, device=src.device)
     else:
         ratio_t = torch.as_tensor(ratio, device=src.device).to(torch.float32)
-    if bool(((ratio_t <= 0) | (ratio_t > 1)).any()):
+    if not bool(((ratio_t > 0) & (ratio_t <= 1)).all()):  # written so that NaN fails too
         raise ValueError(f"fps: ratio must be in (0, 1], got {ratio_t.tolist()}")
     deg = torch.diff(off, prepend=off.new_zeros(1))
     # float32 product then ceil: the count torch_cluster computes.

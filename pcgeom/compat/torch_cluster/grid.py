@@ -42,6 +42,13 @@ def grid_cluster(pos: Tensor, size: Tensor, start: Optional[Tensor] = None, end:
         e = pos.max(0)[0]
     else:
         e = end
+    if not bool((torch.isfinite(size) & (size > 0)).all()):
+        raise ValueError(f"grid_cluster: size must be positive and finite on every axis, got {size.tolist()}")
+    # The linear voxel id must fit in int64 (torch_cluster's cast would wrap around silently).
+    cells = (torch.true_divide(e - s, size).to(torch.float64).floor() + 1).clamp_min(1)
+    if not bool(torch.isfinite(cells).all()) or float(cells.prod()) >= 2.0**63:
+        raise ValueError(f"grid_cluster: a grid of size {size.tolist()} over {s.tolist()}..{e.tolist()} has "
+                         f"{float(cells.prod()):.3g} cells, more than int64 voxel ids can number; use a larger size")
     pos = pos - s.unsqueeze(0)
     num_voxels = torch.true_divide(e - s, size).to(torch.long) + 1
     num_voxels = num_voxels.cumprod(0)

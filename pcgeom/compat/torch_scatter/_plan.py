@@ -134,6 +134,14 @@ class Plan:
             return src.reshape(self.B * self.E, self.K)
         return src.reshape(-1, 1)
 
+    def out_rows(self, out: Tensor) -> Tensor:
+        """``out`` (``N`` along dim) in the row layout of :meth:`rows`: its row ``s`` is slot ``s``."""
+        if self.mode == 0:
+            return out.movedim(self.dim, 0).reshape(self.N, self.B * self.K)
+        if self.mode == 1:
+            return out.reshape(self.B * self.N, self.K)
+        return out.reshape(-1, 1)
+
     def unrows(self, res: Tensor) -> Tensor:
         s = self.out_shape()
         if self.mode == 0:
@@ -196,17 +204,22 @@ def finish(fn: str, plan: Plan, src: Tensor, reduce: str, out: Optional[Tensor],
             return torch.div(s, c, rounding_mode="trunc"), None
         vals, arg, _ = reduce_plan(fn, plan, src, reduce, mm)
         return vals, arg
-    vals, arg, counts = reduce_plan(fn, plan, src, "sum" if reduce == "mean" else reduce, mm)
-    if reduce in ("sum", "add"):
-        return out.add_(vals), None
-    if reduce == "mul":
-        return out.mul_(vals), None
-    if reduce == "mean":
-        out.add_(vals)
-        c = counts_like(plan, counts, out).clamp(min=1).to(out.dtype)
+    if reduce in ("sum", "add", "mul", "mean"):
+        # out's value opens each slot's sequential pass, then the elements in order along dim:
+        # ((out + s_1) + s_2) + ..., the additions torch_scatter's CPU kernel (scatter_add_) makes.
+        red = "prod" if reduce == "mul" else "sum"
+        x = torch.cat([plan.out_rows(out), plan.rows(src)])
+        key = torch.cat([torch.arange(plan.S, device=plan.key.device), plan.key])
+        vals, _, counts = _seg.grouped_rows(fn, x, key, plan.S, red, False)
+        n_src = counts_like(plan, counts - 1, out)  # src elements only, as the original counts
+        out.copy_(torch.where(n_src > 0, plan.unrows(vals), out))  # untouched slots keep out's bits (-0.0)
+        if reduce != "mean":
+            return out, None
+        c = n_src.clamp(min=1).to(out.dtype)
         if out.is_floating_point():
             return out.true_divide_(c), None
         return out.div_(c, rounding_mode=int_div), None
+    vals, arg, counts = reduce_plan(fn, plan, src, reduce, mm)
     nonempty = counts_like(plan, counts, out) > 0
     better = nonempty & ((vals < out) if reduce == "min" else (vals > out))
     new = torch.where(better, vals, out)

@@ -89,9 +89,11 @@ def scatter(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = N
             broadcastable to ``src`` as above; values in ``[0, out.size(dim))``.
         dim: the axis along which to index (default -1).
         out: optional destination, ``src``'s shape except along ``dim``;
-            the reduction includes its values (``sum``: added, ``mul``:
-            multiplied, ``mean``: added then divided by the count, ``min`` /
-            ``max``: compared) and it is modified in place and returned.
+            the reduction includes its values (``sum``: each slot's
+            pass starts from ``out``'s value, ``((out + s_1) + s_2) + ...`` in
+            the elements' order along ``dim``; ``mul`` likewise; ``mean``: that
+            sum divided by the count of ``src`` elements; ``min`` / ``max``:
+            compared) and it is modified in place and returned.
         dim_size: size of ``out`` along ``dim`` when ``out`` is not given.
         reduce: ``"sum"`` / ``"add"``, ``"mul"``, ``"mean"``, ``"min"`` or ``"max"``.
 

@@ -36,13 +36,16 @@ def _logsumexp(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_
     shifted = src - plan.gather(mx)
     shifted = shifted.masked_fill(torch.isnan(shifted), float("-inf"))
     sums, _, _ = reduce_plan(fn, plan, shifted.exp(), "sum", False)
+    # A group holding a NaN gives NaN (torch.logsumexp's rule), whatever the max/shift arithmetic made of it.
+    has_nan, _, _ = reduce_plan(fn, plan, torch.isnan(src).to(src.dtype), "max", False)
+    nan = has_nan > 0
     if out is None:
         res = sums.add(eps).log().add(mx)
-        return res.nan_to_num(neginf=0.0)
+        return res.masked_fill(res == float("-inf"), 0.0).masked_fill(nan, float("nan"))  # empty groups are 0
     old = out.clone()
     res = (out - mx).exp().add(sums).add(eps).log().add(mx)
     res = torch.where(torch.isfinite(res), res, old)
-    return out.copy_(res)
+    return out.copy_(res.masked_fill(nan | torch.isnan(old), float("nan")))
 
 
 def scatter_logsumexp(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
@@ -50,8 +53,11 @@ def scatter_logsumexp(src: Tensor, index: Tensor, dim: int = -1, out: Optional[T
     """``log(sum exp(src))`` per group, computed stably around the group maximum.
 
     torch_scatter's formula: ``log(sum_g exp(src - max_g) + eps) + max_g``;
-    empty groups are 0.  With ``out``, ``exp(out - max_g)`` joins the sum and
-    slots whose result is not finite keep ``out``'s old value; ``out`` is
+    empty groups are 0.  NaN propagates: a group holding a NaN (or an ``out``
+    slot that is NaN) gives NaN, as ``torch.logsumexp`` does (torch_scatter's
+    ``nan_to_num`` turned it into 0, and ``+inf`` into the dtype's max: pcgeom
+    returns ``+inf``).  With ``out``, ``exp(out - max_g)`` joins the sum and
+    other slots whose result is not finite keep ``out``'s old value; ``out`` is
     modified in place and returned.
 
     Args:
