@@ -127,20 +127,15 @@ class Plan:
         s[self.dim] = self.N
         return s
 
-    def rows(self, src: Tensor) -> Tensor:
-        if self.mode == 0:
-            return src.movedim(self.dim, 0).reshape(self.E, self.B * self.K)
-        if self.mode == 1:
-            return src.reshape(self.B * self.E, self.K)
-        return src.reshape(-1, 1)
+    def rows(self, src: Tensor, along: Optional[int] = None) -> Tensor:
+        """``src`` (``along`` entries on dim, default ``E``) as the rows the reduction runs over.
 
-    def out_rows(self, out: Tensor) -> Tensor:
-        """``out`` (``N`` along dim) in the row layout of :meth:`rows`: its row ``s`` is slot ``s``."""
+        ``rows(out, self.N)`` lays ``out`` out the same way: its row ``s`` is slot ``s``.
+        """
+        n = self.E if along is None else along
         if self.mode == 0:
-            return out.movedim(self.dim, 0).reshape(self.N, self.B * self.K)
-        if self.mode == 1:
-            return out.reshape(self.B * self.N, self.K)
-        return out.reshape(-1, 1)
+            return src.movedim(self.dim, 0).reshape(n, self.B * self.K)
+        return src.reshape(self.B * n, self.K) if self.mode == 1 else src.reshape(-1, 1)
 
     def unrows(self, res: Tensor) -> Tensor:
         s = self.out_shape()
@@ -208,7 +203,7 @@ def finish(fn: str, plan: Plan, src: Tensor, reduce: str, out: Optional[Tensor],
         # out's value opens each slot's sequential pass, then the elements in order along dim:
         # ((out + s_1) + s_2) + ..., the additions torch_scatter's CPU kernel (scatter_add_) makes.
         red = "prod" if reduce == "mul" else "sum"
-        x = torch.cat([plan.out_rows(out), plan.rows(src)])
+        x = torch.cat([plan.rows(out, plan.N), plan.rows(src)])
         key = torch.cat([torch.arange(plan.S, device=plan.key.device), plan.key])
         vals, _, counts = _seg.grouped_rows(fn, x, key, plan.S, red, False)
         n_src = counts_like(plan, counts - 1, out)  # src elements only, as the original counts
