@@ -28,6 +28,7 @@
 #include "common/topk_cpu.h"
 #include "knn/knn_blocked_cpu.h"
 #include "knn/knn_dispatch_cpu.h"
+#include "knn/knn_problem_cpu.h"
 #include "knn/knn_rows_cpu.h"
 #include "knn/knn_tile_cpu.h"
 #include "knn/knn_tree_cpu.h"
@@ -46,7 +47,6 @@ using cpu::KdTree;
 using cpu::SortedTopKList;
 using cpu::offer;
 using cpu::brute_rows;
-using cpu::write_padding;
 using cpu::write_row;
 
 // Runs f(top) with the generic (NaN-aware) top-k container suited to K.
@@ -67,11 +67,14 @@ inline int64_t with_topk(A* bd, int64_t* bi, int64_t K, Fn&& f) {
 // ---------------------------------------------------------------------------
 // The brute path (any D): one query row against every point.
 
+// Rows past a cloud's query length find nothing, so write_row pads them too.
 template <typename A>
-void knn_brute_kernel(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int64_t B,
-                      int64_t M, int64_t N, int64_t D, int64_t K, bool use_radius, double radius2,
-                      A* out_d, int64_t* out_i) {
-  const A r2 = static_cast<A>(radius2);
+void knn_brute_kernel(const KnnProblem<A>& pr) {
+  const A *q = pr.q, *p = pr.p;
+  const int64_t *ql = pr.ql, *pl = pr.pl;
+  const int64_t B = pr.B, M = pr.M, N = pr.N, D = pr.D, K = pr.K;
+  const bool use_radius = pr.use_radius;
+  const A r2 = pr.r2();
   pcgeom::parallel_for(0, B * M, grain_for(N * D), [&](int64_t begin, int64_t end) {
     std::vector<A> bd(K);
     std::vector<int64_t> bi(K);
@@ -84,7 +87,7 @@ void knn_brute_kernel(const A* q, const A* p, const int64_t* ql, const int64_t* 
           brute_rows<A, A>(q + r * D, p + b * N * D, pl[b], D, top, use_radius, r2);
         });
       }
-      write_row<A, A>(bd.data(), bi.data(), found, K, out_d + r * K, out_i + r * K);
+      write_row<A, A>(bd.data(), bi.data(), found, K, pr.out_d + r * K, pr.out_i + r * K);
     }
   });
 }
@@ -110,28 +113,24 @@ struct WorkItem {
   int64_t count;
 };
 
-// Everything done for one cloud before the search: split finite / non-finite
-// points, pick the path, build the tree, lay out the query groups, write the
-// padding rows.  `parallel` lets the tree build and the home-leaf descent use
-// threads (for a batch smaller than the thread count).
+// Everything done for one cloud before the search: write its padding rows,
+// split finite / non-finite points, pick the path, build the tree, lay out the
+// query groups.  `parallel` lets the tree build and the home-leaf descent use
+// threads (for a batch smaller than the thread count).  pr.D == D.
 template <int D, typename A>
-void prepare_lowd_cloud(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int64_t b,
-                        int64_t M, int64_t N, int64_t K, bool self_query, bool parallel,
-                        KnnPath forced, LowDCloud<D, A>& c, std::vector<WorkItem>& items, A* out_d,
-                        int64_t* out_i) {
-  const int64_t L = pl[b];
-  const int64_t Mq = ql[b];
-  const int64_t from = L == 0 ? 0 : Mq;
-  for (int64_t m = from; m < M; ++m) {
-    write_padding<A, A>(K, out_d + (b * M + m) * K, out_i + (b * M + m) * K);
-  }
+void prepare_lowd_cloud(const KnnProblem<A>& pr, int64_t b, bool parallel, LowDCloud<D, A>& c,
+                        std::vector<WorkItem>& items) {
+  const int64_t M = pr.M, N = pr.N, K = pr.K;
+  const int64_t L = pr.pl[b];
+  const int64_t Mq = pr.ql[b];
+  write_padding_rows(pr, b);
   if (Mq == 0 || L == 0) return;
-  const A* pb = p + b * N * D;
+  const A* pb = pr.p + b * N * D;
   for (int64_t j = 0; j < L; ++j) {
     if (!cpu::all_finite<D, A>(pb + j * D)) c.nonfinite.push_back(static_cast<int32_t>(j));
   }
   const int64_t n_finite = L - static_cast<int64_t>(c.nonfinite.size());
-  c.use_tree = plan(KnnPath::kTree, Mq, n_finite, D, K, forced) == KnnPath::kTree;
+  c.use_tree = plan(KnnPath::kTree, Mq, n_finite, D, K, pr.forced) == KnnPath::kTree;
   const int32_t cb = static_cast<int32_t>(b);
   if (c.use_tree) {
     KdBuilder<D, A> bl(&c.tree);
@@ -166,7 +165,7 @@ void prepare_lowd_cloud(const A* q, const A* p, const int64_t* ql, const int64_t
 
   if (!c.use_tree) {
     for (int64_t m = 0; m < Mq; ++m) c.tile_q.push_back(static_cast<int32_t>(m));
-  } else if (self_query) {
+  } else if (pr.self_query) {
     // A self query walks the tree's leaves: each leaf's points are one group,
     // and consecutive groups share nodes and points in cache.
     const KdTree<D, A>& t = c.tree;
@@ -186,7 +185,7 @@ void prepare_lowd_cloud(const A* q, const A* p, const int64_t* ql, const int64_t
   } else {
     // Other queries are bucketed by the leaf a descent reaches (counting sort
     // by node id), so each group is spatially tight.
-    const A* qb = q + b * M * D;
+    const A* qb = pr.q + b * M * D;
     std::vector<int32_t> home(Mq, -1);
     auto descend = [&](int64_t begin, int64_t end) {
       for (int64_t m = begin; m < end; ++m) {
@@ -226,12 +225,15 @@ void prepare_lowd_cloud(const A* q, const A* p, const int64_t* ql, const int64_t
   }
 }
 
+// The tree path for D = pr.D.
 template <int D, typename A>
-void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int64_t B, int64_t M,
-              int64_t N, int64_t K, bool use_radius, double radius2, bool self_query,
-              KnnPath forced, A* out_d, int64_t* out_i) {
+void knn_lowd(const KnnProblem<A>& pr) {
   using Key = typename FiniteKey<A>::type;
-  const A r2 = static_cast<A>(radius2);
+  const A *q = pr.q, *p = pr.p;
+  const int64_t *ql = pr.ql, *pl = pr.pl;
+  const int64_t B = pr.B, M = pr.M, N = pr.N, K = pr.K;
+  const bool use_radius = pr.use_radius;
+  const A r2 = pr.r2();
   std::vector<LowDCloud<D, A>> clouds(B);
   std::vector<std::vector<WorkItem>> items_per_cloud(B);
 
@@ -245,14 +247,12 @@ void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int6
   if (B >= threads || light) {
     pcgeom::parallel_for(0, B, light ? B : 1, [&](int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b) {
-        prepare_lowd_cloud<D, A>(q, p, ql, pl, b, M, N, K, self_query, false, forced, clouds[b],
-                                 items_per_cloud[b], out_d, out_i);
+        prepare_lowd_cloud<D, A>(pr, b, false, clouds[b], items_per_cloud[b]);
       }
     });
   } else {
     for (int64_t b = 0; b < B; ++b) {
-      prepare_lowd_cloud<D, A>(q, p, ql, pl, b, M, N, K, self_query, true, forced, clouds[b],
-                               items_per_cloud[b], out_d, out_i);
+      prepare_lowd_cloud<D, A>(pr, b, true, clouds[b], items_per_cloud[b]);
     }
   }
   std::vector<WorkItem> items;
@@ -280,7 +280,7 @@ void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int6
           const A* pb = p + b * N * D;
           if (it.leaf < 0) {
             knn_tile_rows<A>(q + b * M * D, c.tile_q.data() + it.first, it.count, pb, pl[b], D,
-                             K, use_radius, r2, out_d + b * M * K, out_i + b * M * K);
+                             K, use_radius, r2, pr.out_d + b * M * K, pr.out_i + b * M * K);
             continue;
           }
           if (bd.empty()) {
@@ -326,7 +326,7 @@ void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int6
                 }
               });
             }
-            write_row<A, A>(bd.data(), bi.data(), found, K, out_d + r * K, out_i + r * K);
+            write_row<A, A>(bd.data(), bi.data(), found, K, pr.out_d + r * K, pr.out_i + r * K);
           }
         }
       });
@@ -334,15 +334,11 @@ void knn_lowd(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int6
 
 // The tree path: knn_lowd compiled for D = 1 .. 8 (plan() answers tree only there).
 template <typename A>
-void knn_lowd_dispatch(int64_t D, const A* q, const A* p, const int64_t* ql, const int64_t* pl,
-                       int64_t B, int64_t M, int64_t N, int64_t K, bool use_radius,
-                       double radius2, bool self_query, KnnPath forced, A* out_d,
-                       int64_t* out_i) {
-  switch (D) {
-#define PCGEOM_LOWD_CASE(DD)                                                                   \
-  case DD:                                                                                     \
-    knn_lowd<DD, A>(q, p, ql, pl, B, M, N, K, use_radius, radius2, self_query, forced, out_d, \
-                    out_i);                                                                    \
+void knn_lowd_dispatch(const KnnProblem<A>& pr) {
+  switch (pr.D) {
+#define PCGEOM_LOWD_CASE(DD) \
+  case DD:                   \
+    knn_lowd<DD, A>(pr);     \
     return;
     PCGEOM_LOWD_CASE(1)
     PCGEOM_LOWD_CASE(2)
@@ -354,32 +350,52 @@ void knn_lowd_dispatch(int64_t D, const A* q, const A* p, const int64_t* ql, con
     PCGEOM_LOWD_CASE(8)
 #undef PCGEOM_LOWD_CASE
     default:
-      knn_tile_cpu<A>(q, p, ql, pl, B, M, N, D, K, use_radius, radius2, out_d, out_i);
+      knn_tile_cpu<A>(pr);
   }
 }
 
-// The search on float32 / float64 arrays; `dist` has the same dtype.  The
-// kernel is the plan's (knn_dispatch_cpu.h); `forced` is the override.
+// The search on float32 / float64 arrays.  The kernel is the plan's
+// (knn_dispatch_cpu.h); pr.forced is the override.
 template <typename A>
-void knn_search_acc(const A* qp, const A* pp, const int64_t* qlp, const int64_t* plp, int64_t B,
-                    int64_t M, int64_t N, int64_t D, int64_t k, bool use_radius, double radius2,
-                    bool self_query, KnnPath forced, A* od, int64_t* oi) {
-  switch (plan(KnnPath::kAuto, M, N, D, k, forced)) {
+void knn_search_acc(const KnnProblem<A>& pr) {
+  switch (plan(KnnPath::kAuto, pr.M, pr.N, pr.D, pr.K, pr.forced)) {
     case KnnPath::kTree:
-      knn_lowd_dispatch<A>(D, qp, pp, qlp, plp, B, M, N, k, use_radius, radius2, self_query,
-                           forced, od, oi);
+      knn_lowd_dispatch<A>(pr);
       return;
     case KnnPath::kBlocked:
-      knn_blocked_cpu<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, self_query,
-                         forced, od, oi);
+      knn_blocked_cpu<A>(pr);
       return;
     case KnnPath::kBrute:
-      knn_brute_kernel<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, od, oi);
+      knn_brute_kernel<A>(pr);
       return;
     default:
-      knn_tile_cpu<A>(qp, pp, qlp, plp, B, M, N, D, k, use_radius, radius2, od, oi);
+      knn_tile_cpu<A>(pr);
       return;
   }
+}
+
+// The problem on the accumulation-dtype copies (A = float or double).
+template <typename A>
+KnnProblem<A> make_problem(const Tensor& query, const Tensor& points, const Tensor& ql,
+                           const Tensor& pl, int64_t k, bool use_radius, double radius2,
+                           bool self_query, KnnPath forced, Tensor& dist, Tensor& idx) {
+  KnnProblem<A> pr;
+  pr.q = query.const_data_ptr<A>();
+  pr.p = points.const_data_ptr<A>();
+  pr.ql = ql.const_data_ptr<int64_t>();
+  pr.pl = pl.const_data_ptr<int64_t>();
+  pr.B = query.size(0);
+  pr.M = query.size(1);
+  pr.N = points.size(1);
+  pr.D = query.size(2);
+  pr.K = k;
+  pr.use_radius = use_radius;
+  pr.radius2 = radius2;
+  pr.self_query = self_query;
+  pr.forced = forced;
+  pr.out_d = dist.mutable_data_ptr<A>();
+  pr.out_i = idx.mutable_data_ptr<int64_t>();
+  return pr;
 }
 
 // ---------------------------------------------------------------------------
@@ -439,7 +455,7 @@ std::tuple<Tensor, Tensor> knn_search_cpu(const Tensor& query_in, const Tensor& 
   check_cpu(points_in, op, "points");
   check_cpu(query_lengths_in, op, "query_lengths");
   check_cpu(points_lengths_in, op, "points_lengths");
-  const int64_t B = query_in.size(0), M = query_in.size(1), D = query_in.size(2);
+  const int64_t B = query_in.size(0), M = query_in.size(1);
   const int64_t N = points_in.size(1);
   const auto dtype = query_in.scalar_type();
 
@@ -470,16 +486,11 @@ std::tuple<Tensor, Tensor> knn_search_cpu(const Tensor& query_in, const Tensor& 
 
   if (B * M > 0) {
     if (acc_type == torch::headeronly::ScalarType::Float) {
-      knn_search_acc<float>(query.const_data_ptr<float>(), points.const_data_ptr<float>(),
-                            ql.const_data_ptr<int64_t>(), pl.const_data_ptr<int64_t>(), B, M, N,
-                            D, k, use_radius, radius2, self_query, forced,
-                            dist.mutable_data_ptr<float>(),
-                            idx.mutable_data_ptr<int64_t>());
+      knn_search_acc<float>(make_problem<float>(query, points, ql, pl, k, use_radius, radius2,
+                                                self_query, forced, dist, idx));
     } else {
-      knn_search_acc<double>(query.const_data_ptr<double>(), points.const_data_ptr<double>(),
-                             ql.const_data_ptr<int64_t>(), pl.const_data_ptr<int64_t>(), B, M, N,
-                             D, k, use_radius, radius2, self_query, forced,
-                             dist.mutable_data_ptr<double>(), idx.mutable_data_ptr<int64_t>());
+      knn_search_acc<double>(make_problem<double>(query, points, ql, pl, k, use_radius, radius2,
+                                                  self_query, forced, dist, idx));
     }
   }
   if (half) dist = torch::stable::to(dist, dtype);
