@@ -46,11 +46,10 @@ std::tuple<Tensor, Tensor> ball_query_index_cuda(const Tensor& query_in, const T
   check_on_gpu(query_in, op, "query");
   const int64_t B = query_in.size(0), M = query_in.size(1), D = query_in.size(2);
   const int64_t N = points_in.size(1);
-  const int32_t dev = gpu_index(query_in);
-  check_same_cuda(points_in, dev, op, "points");
-  check_same_cuda(query_lengths_in, dev, op, "query_lengths");
-  check_same_cuda(points_lengths_in, dev, op, "points_lengths");
-  DeviceGuard guard(dev);
+  const DeviceScope device(op, query_in,
+                           {{points_in, "points"},
+                            {query_lengths_in, "query_lengths"},
+                            {points_lengths_in, "points_lengths"}});
   const int64_t out_bytes = static_cast<int64_t>(query_in.element_size()) + 8;
   Tensor dist = alloc_output({B, M, k}, query_in.scalar_type(), query_in, op, "k", k,
                              "dist2 and idx", out_bytes);
@@ -60,7 +59,7 @@ std::tuple<Tensor, Tensor> ball_query_index_cuda(const Tensor& query_in, const T
   const Tensor ql = torch::stable::contiguous(query_lengths_in);
   const Tensor pl = torch::stable::contiguous(points_lengths_in);
   if (B * M == 0) return std::make_tuple(dist, idx);
-  const cudaStream_t stream = current_stream(dev);
+  const cudaStream_t stream = device.stream();
   constexpr int kThreads = 128;
   PCGEOM_DISPATCH_FLOATING(query.scalar_type(), op, [&] {
     ball_query_index_kernel<scalar_t><<<blocks_for(B * M, kThreads), kThreads, 0, stream>>>(

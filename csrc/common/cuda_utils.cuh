@@ -4,8 +4,9 @@
 //   * current_stream(): the caller's current CUDA stream, from the C shim;
 //   * check_launch() / PCGEOM_CUDA_CHECK: every launch and runtime call is
 //     checked and turned into a Python RuntimeError naming the op -- never exit();
-//   * check_same_cuda(): every tensor argument is on the device of the first one
-//     (a CPU lengths tensor read from a kernel would be an illegal access);
+//   * check_same_cuda() / DeviceScope: every tensor argument is on the device of
+//     the first one (a CPU lengths tensor read from a kernel would be an illegal
+//     access), and that device is current while the op runs;
 //   * clamp_len(): lengths read on the device are clamped into [0, n] so that a
 //     direct torch.ops call with bad values can never read out of bounds (the
 //     Python wrappers reject such values with a clear error first).
@@ -109,6 +110,37 @@ inline void check_same_cuda(const Tensor& t, int32_t device, const char* op, con
   STD_TORCH_CHECK(on_gpu(t) && gpu_index(t) == device, op, ": ", name,
                   " must be on the same CUDA device as the other inputs (cuda:", device, ")");
 }
+
+// The named tensor arguments of a CUDA entry point, for DeviceScope.
+struct NamedTensor {
+  const Tensor& tensor;
+  const char* name;
+};
+
+// The device part of every CUDA entry point: each of `others` must be on the
+// device of `first` (checked in the order given; the error names the op and the
+// argument), and that device is current until the scope ends.  `first` itself
+// is checked by the caller (check_on_gpu), where the op's order of checks puts
+// it.  stream() is the caller's current stream there, asked for only when a
+// kernel is about to be launched.
+class DeviceScope {
+ public:
+  DeviceScope(const char* op, const Tensor& first, std::initializer_list<NamedTensor> others)
+      : index_(same_device(op, first, others)), guard_(index_) {}
+  int32_t index() const { return index_; }
+  cudaStream_t stream() const { return current_stream(index_); }
+
+ private:
+  static int32_t same_device(const char* op, const Tensor& first,
+                             std::initializer_list<NamedTensor> others) {
+    const int32_t device = gpu_index(first);
+    for (const NamedTensor& t : others) check_same_cuda(t.tensor, device, op, t.name);
+    return device;
+  }
+
+  int32_t index_;
+  DeviceGuard guard_;
+};
 
 inline int device_attribute(cudaDeviceAttr attr, int32_t device, const char* op) {
   int value = 0;

@@ -331,10 +331,7 @@ Tensor farthest_point_sample_cuda(Tensor points_in, int64_t n_samples, Tensor le
   check_int64_vector(lengths_in, B, op, "lengths");
   check_int64_vector(start_in, B, op, "start_index");
   check_on_gpu(points_in, op, "points");
-  const int32_t dev = gpu_index(points_in);
-  check_same_cuda(lengths_in, dev, op, "lengths");
-  check_same_cuda(start_in, dev, op, "start_index");
-  DeviceGuard guard(dev);
+  const DeviceScope device(op, points_in, {{lengths_in, "lengths"}, {start_in, "start_index"}});
   const Tensor points = torch::stable::contiguous(points_in);
   const Tensor lengths = torch::stable::contiguous(lengths_in);
   const Tensor start = torch::stable::contiguous(start_in);
@@ -343,9 +340,9 @@ Tensor farthest_point_sample_cuda(Tensor points_in, int64_t n_samples, Tensor le
   Tensor out = alloc_output({B, n_samples}, torch::headeronly::ScalarType::Long, points, op,
                             "n_samples", n_samples, "the indices", 8);
   if (out.numel() == 0) return out;
-  const cudaStream_t stream = current_stream(dev);
+  const cudaStream_t stream = device.stream();
   PCGEOM_DISPATCH_FLOATING(points.scalar_type(), op, [&] {
-    fps_launch<scalar_t>(points, lengths, start, n_samples, out, dev, stream, op);
+    fps_launch<scalar_t>(points, lengths, start, n_samples, out, device.index(), stream, op);
   });
   return out;
 }

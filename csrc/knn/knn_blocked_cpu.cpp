@@ -47,6 +47,7 @@
 #include "common/pcgeom_common.h"
 #include "common/topk_cpu.h"
 #include "knn/knn_dispatch_cpu.h"
+#include "knn/knn_problem_cpu.h"
 #include "knn/knn_rows_cpu.h"
 #include "knn/knn_tile_cpu.h"
 
@@ -496,17 +497,18 @@ void run_tile(CloudWork<A>& w, const TileTask& t, int64_t D, int64_t K, std::vec
 
 }  // namespace
 
-template <typename T>
-void knn_blocked_cpu(const T* q, const T* p, const int64_t* ql, const int64_t* pl, int64_t B,
-                     int64_t M, int64_t N, int64_t D, int64_t K, bool use_radius, double radius2,
-                     bool self_query, KnnPath forced, T* out_d, int64_t* out_i) {
-  using A = T;
-  const A r2 = static_cast<A>(radius2);
+template <typename A>
+void knn_blocked_cpu(const KnnProblem<A>& pr) {
+  const A *q = pr.q, *p = pr.p;
+  const int64_t *ql = pr.ql, *pl = pr.pl;
+  const int64_t B = pr.B, M = pr.M, N = pr.N, D = pr.D, K = pr.K;
+  const bool use_radius = pr.use_radius;
+  const A r2 = pr.r2();
   std::vector<CloudWork<A>> works(B);
   pcgeom::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       prepare_cloud<A>(q + b * M * D, p + b * N * D, ql[b], pl[b], D, K, use_radius, r2,
-                       self_query, forced, &works[b]);
+                       pr.self_query, pr.forced, &works[b]);
     }
   });
 
@@ -571,8 +573,8 @@ void knn_blocked_cpu(const T* q, const T* p, const int64_t* ql, const int64_t* p
       const int64_t i = s - offsets[b];
       const A* qb = q + b * M * D;
       const A* pb = p + b * N * D;
-      A* od = out_d + b * M * K;
-      int64_t* oi = out_i + b * M * K;
+      A* od = pr.out_d + b * M * K;
+      int64_t* oi = pr.out_i + b * M * K;
       if (i < w.nq()) {
         const int64_t m = w.qrows[i];
         finalize<A>(w.c, qb + m * D, pb, D, K, w.states[i], use_radius, r2, rows, dd, bd.data(),
@@ -585,20 +587,10 @@ void knn_blocked_cpu(const T* q, const T* p, const int64_t* ql, const int64_t* p
     }
   });
 
-  // Padding rows.
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t from = pl[b] > 0 ? ql[b] : 0;
-    for (int64_t m = from; m < M; ++m) {
-      cpu::write_padding<A, A>(K, out_d + (b * M + m) * K, out_i + (b * M + m) * K);
-    }
-  }
+  write_padding_rows(pr);
 }
 
-template void knn_blocked_cpu<float>(const float*, const float*, const int64_t*, const int64_t*,
-                                     int64_t, int64_t, int64_t, int64_t, int64_t, bool, double,
-                                     bool, KnnPath, float*, int64_t*);
-template void knn_blocked_cpu<double>(const double*, const double*, const int64_t*,
-                                      const int64_t*, int64_t, int64_t, int64_t, int64_t, int64_t,
-                                      bool, double, bool, KnnPath, double*, int64_t*);
+template void knn_blocked_cpu<float>(const KnnProblem<float>&);
+template void knn_blocked_cpu<double>(const KnnProblem<double>&);
 
 }  // namespace pcgeom

@@ -4,18 +4,15 @@
 
 #include <cstdint>
 
-#include "knn/knn_dispatch_cpu.h"
+#include "knn/knn_problem_cpu.h"
 
 namespace pcgeom {
 
 // Exact KNN (optionally within dist2 <= radius2) for any D; meant for D > 8.
 // Same contract and bit-identical results as knn_search_cpu.  Points per cloud
-// must be < 2^31.  `forced`: the override (knn_path_override), which the
-// per-cloud plan reads.  Instantiated for T = float and double (half
-// precision is converted to float32 by the caller).
-template <typename T>
-void knn_blocked_cpu(const T* q, const T* p, const int64_t* ql, const int64_t* pl, int64_t B,
-                     int64_t M, int64_t N, int64_t D, int64_t K, bool use_radius, double radius2,
-                     bool self_query, KnnPath forced, T* out_d, int64_t* out_i);
+// must be < 2^31.  The per-cloud plan reads pr.forced.  Instantiated for
+// A = float and double.
+template <typename A>
+void knn_blocked_cpu(const KnnProblem<A>& pr);
 
 }  // namespace pcgeom

@@ -779,11 +779,10 @@ std::tuple<Tensor, Tensor> knn_backward_cuda(Tensor grad_in, Tensor query_in, Te
   check_int64(idx_in, op, "idx");
   // Index values are not read on the host (that would need a sync): the
   // kernels treat a slot outside [0, N) like the padding -1.
-  const int32_t dev = gpu_index(query_in);
-  check_same_cuda(points_in, dev, op, "points");
-  check_same_cuda(idx_in, dev, op, "idx");
-  check_same_cuda(grad_in, dev, op, "grad_dist2");
-  DeviceGuard guard(dev);
+  const DeviceScope device(op, query_in,
+                           {{points_in, "points"},
+                            {idx_in, "idx"},
+                            {grad_in, "grad_dist2"}});
   const Tensor g = torch::stable::contiguous(grad_in);
   const Tensor query = torch::stable::contiguous(query_in);
   const Tensor points = torch::stable::contiguous(points_in);
@@ -791,7 +790,7 @@ std::tuple<Tensor, Tensor> knn_backward_cuda(Tensor grad_in, Tensor query_in, Te
   Tensor gq = torch::stable::empty({B, M, D}, query.scalar_type(), std::nullopt, query.device());
   Tensor gp = torch::stable::empty({B, N, D}, query.scalar_type(), std::nullopt, query.device());
   if (gq.numel() == 0 && gp.numel() == 0) return std::make_tuple(gq, gp);
-  const cudaStream_t stream = current_stream(dev);
+  const cudaStream_t stream = device.stream();
   PCGEOM_DISPATCH_FLOATING(query.scalar_type(), op, [&] {
     if (gq.numel() > 0) {
       knn_grad_query_kernel<scalar_t><<<blocks_for(gq.numel(), 256), 256, 0, stream>>>(
@@ -829,11 +828,10 @@ std::tuple<Tensor, Tensor> knn_search_cuda(const Tensor& query_in, const Tensor&
   const int64_t B = query_in.size(0), M = query_in.size(1), D = query_in.size(2);
   const int64_t N = points_in.size(1);
   STD_TORCH_CHECK(D >= 1, op, ": points need at least one coordinate (D >= 1)");
-  const int32_t dev = gpu_index(query_in);
-  check_same_cuda(points_in, dev, op, "points");
-  check_same_cuda(query_lengths_in, dev, op, "query_lengths");
-  check_same_cuda(points_lengths_in, dev, op, "points_lengths");
-  DeviceGuard guard(dev);
+  const DeviceScope device(op, query_in,
+                           {{points_in, "points"},
+                            {query_lengths_in, "query_lengths"},
+                            {points_lengths_in, "points_lengths"}});
 
   const int64_t out_bytes = static_cast<int64_t>(query_in.element_size()) + 8;
   Tensor dist = alloc_output({B, M, k}, query_in.scalar_type(), query_in, op, "k", k,
@@ -845,7 +843,7 @@ std::tuple<Tensor, Tensor> knn_search_cuda(const Tensor& query_in, const Tensor&
   const Tensor ql = torch::stable::contiguous(query_lengths_in);
   const Tensor pl = torch::stable::contiguous(points_lengths_in);
   if (B * M == 0) return std::make_tuple(dist, idx);
-  const cudaStream_t stream = current_stream(dev);
+  const cudaStream_t stream = device.stream();
   // The search kernels exist for the two accumulation types only (compile time
   // and binary size): float16/bfloat16 inputs are widened to float32 -- exactly,
   // so the distances are the same bits -- and the float32 distances are rounded

@@ -1,11 +1,13 @@
-// Row helpers shared by the CPU KNN paths (knn_cpu.cpp, knn_blocked_cpu.cpp,
-// knn_tile_cpu.cpp): writing a query's answer, offering a candidate, and the
-// brute path's scan of every point.
+// Row helpers shared by the CPU KNN paths (knn_cpu.cpp, knn_lowd_cpu.cpp,
+// knn_blocked_cpu.cpp, knn_tile_cpu.cpp): writing a query's answer, offering a
+// candidate, the generic top-k container, and the brute path's scan of every
+// point.
 #pragma once
 
 #include <cstdint>
 
 #include "common/pcgeom_common.h"
+#include "common/topk_cpu.h"
 
 namespace pcgeom {
 namespace cpu {
@@ -36,6 +38,21 @@ inline void offer(TopK& top, A d, int64_t i, bool use_radius, A r2) {
   // Cheap reject first; push() re-checks with the full (NaN-aware, index) order.
   if (top.full() && d > top.worst_dist()) return;
   top.push(d, i);
+}
+
+// Runs f(top) with the generic (NaN-aware) top-k container suited to K.
+template <typename A, class Fn>
+inline int64_t with_topk(A* bd, int64_t* bi, int64_t K, Fn&& f) {
+  if (K <= kSortedListMaxK) {
+    SortedTopKList<A> top(bd, bi, K);
+    f(top);
+    top.finish();
+    return top.count;
+  }
+  HeapTopK<A> top(bd, bi, K);
+  f(top);
+  top.finish();
+  return top.count;
 }
 
 // The brute path for one query: offers points [0, L) stored as T rows (any D).

@@ -579,19 +579,17 @@ void knn_tile_rows(const A* qb, const int32_t* rows, int64_t nrows, const A* pb,
 }
 
 template <typename A>
-void knn_tile_cpu(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int64_t B,
-                  int64_t M, int64_t N, int64_t D, int64_t K, bool use_radius, double radius2,
-                  A* out_d, int64_t* out_i) {
-  const A r2 = static_cast<A>(radius2);
+void knn_tile_cpu(const KnnProblem<A>& pr) {
+  const A *q = pr.q, *p = pr.p;
+  const int64_t *ql = pr.ql, *pl = pr.pl;
+  const int64_t B = pr.B, M = pr.M, N = pr.N, D = pr.D, K = pr.K;
+  const A r2 = pr.r2();
   struct Item {
     int64_t b, first, count;
   };
+  write_padding_rows(pr);
   int64_t total_rows = 0, work = 0;
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t from = pl[b] > 0 ? ql[b] : 0;
-    for (int64_t m = from; m < M; ++m) {
-      cpu::write_padding<A, A>(K, out_d + (b * M + m) * K, out_i + (b * M + m) * K);
-    }
     if (pl[b] > 0) {
       total_rows += ql[b];
       work += ql[b] * (pl[b] * D + K);
@@ -616,9 +614,9 @@ void knn_tile_cpu(const A* q, const A* p, const int64_t* ql, const int64_t* pl, 
                                   const int64_t b = it.b;
                                   // rows == nullptr: rows first .. first+count-1
                                   knn_tile_rows<A>(q + (b * M + it.first) * D, nullptr, it.count,
-                                                   p + b * N * D, pl[b], D, K, use_radius, r2,
-                                                   out_d + (b * M + it.first) * K,
-                                                   out_i + (b * M + it.first) * K);
+                                                   p + b * N * D, pl[b], D, K, pr.use_radius,
+                                                   r2, pr.out_d + (b * M + it.first) * K,
+                                                   pr.out_i + (b * M + it.first) * K);
                                 }
                               });
 }
@@ -627,11 +625,7 @@ template void knn_tile_rows<float>(const float*, const int32_t*, int64_t, const 
                                    int64_t, int64_t, bool, float, float*, int64_t*);
 template void knn_tile_rows<double>(const double*, const int32_t*, int64_t, const double*,
                                     int64_t, int64_t, int64_t, bool, double, double*, int64_t*);
-template void knn_tile_cpu<float>(const float*, const float*, const int64_t*, const int64_t*,
-                                  int64_t, int64_t, int64_t, int64_t, int64_t, bool, double,
-                                  float*, int64_t*);
-template void knn_tile_cpu<double>(const double*, const double*, const int64_t*, const int64_t*,
-                                   int64_t, int64_t, int64_t, int64_t, int64_t, bool, double,
-                                   double*, int64_t*);
+template void knn_tile_cpu<float>(const KnnProblem<float>&);
+template void knn_tile_cpu<double>(const KnnProblem<double>&);
 
 }  // namespace pcgeom

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "knn/knn_problem_cpu.h"
+
 namespace pcgeom {
 
 // Exact KNN (optionally within dist2 <= radius2) of query rows `rows[0, nrows)`
@@ -18,8 +20,6 @@ void knn_tile_rows(const A* qb, const int32_t* rows, int64_t nrows, const A* pb,
 // A whole call on the tile path (padding rows included), parallel over chunks
 // of query rows.
 template <typename A>
-void knn_tile_cpu(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int64_t B,
-                  int64_t M, int64_t N, int64_t D, int64_t K, bool use_radius, double radius2,
-                  A* out_d, int64_t* out_i);
+void knn_tile_cpu(const KnnProblem<A>& pr);
 
 }  // namespace pcgeom

@@ -55,14 +55,12 @@ Tensor knn_gather_cuda(Tensor x_in, Tensor idx_in) {
   const int64_t M = idx_in.size(1), K = idx_in.size(2);
   check_size(idx_in, 0, B, op, "idx", "(B, M, k)", "the B of x");
   check_on_gpu(x_in, op, "x");
-  const int32_t dev = gpu_index(x_in);
-  check_same_cuda(idx_in, dev, op, "idx");
-  DeviceGuard guard(dev);
+  const DeviceScope device(op, x_in, {{idx_in, "idx"}});
   const Tensor x = torch::stable::contiguous(x_in);
   const Tensor idx = torch::stable::contiguous(idx_in);
   Tensor out = torch::stable::empty({B, M, K, C}, x.scalar_type(), std::nullopt, x.device());
   if (out.numel() == 0) return out;
-  const cudaStream_t stream = current_stream(dev);
+  const cudaStream_t stream = device.stream();
   PCGEOM_DISPATCH_FLOATING(x.scalar_type(), op, [&] {
     gather_kernel<scalar_t><<<blocks_for(out.numel(), 256), 256, 0, stream>>>(
         x.const_data_ptr<scalar_t>(), idx.const_data_ptr<int64_t>(), N, C, M * K, out.numel(),
@@ -85,15 +83,13 @@ Tensor knn_gather_backward_cuda(Tensor grad_in, Tensor idx_in, int64_t n) {
   check_size(idx_in, 2, K, op, "idx", "(B, M, k)", "the k of grad");
   STD_TORCH_CHECK(n >= 0, op, ": n must be >= 0, got ", n);
   check_on_gpu(grad_in, op, "grad");
-  const int32_t dev = gpu_index(grad_in);
-  check_same_cuda(idx_in, dev, op, "idx");
-  DeviceGuard guard(dev);
+  const DeviceScope device(op, grad_in, {{idx_in, "idx"}});
   const Tensor g = torch::stable::contiguous(grad_in);
   const Tensor idx = torch::stable::contiguous(idx_in);
   Tensor out = alloc_output({B, n, C}, g.scalar_type(), g, op, "n", n, "the gradient",
                             static_cast<int64_t>(g.element_size()));
   if (out.numel() == 0) return out;
-  const cudaStream_t stream = current_stream(dev);
+  const cudaStream_t stream = device.stream();
   PCGEOM_DISPATCH_FLOATING(g.scalar_type(), op, [&] {
     if (B * M * K == 0) {
       // Nothing points anywhere: all-zero bits are +0.0 in every float dtype.

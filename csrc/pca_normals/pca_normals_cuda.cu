@@ -31,9 +31,7 @@ std::tuple<Tensor, Tensor> pca_normals_cuda(Tensor points_in, Tensor idx_in) {
   const char* op = "pca_normals";
   check_pca_args(points_in, idx_in, op);
   check_on_gpu(points_in, op, "points");
-  const int32_t dev = gpu_index(points_in);
-  check_same_cuda(idx_in, dev, op, "idx");
-  DeviceGuard guard(dev);
+  const DeviceScope device(op, points_in, {{idx_in, "idx"}});
   const auto dtype = points_in.scalar_type();
   const int64_t B = points_in.size(0), N = points_in.size(1);
   const int64_t M = idx_in.size(1), K = idx_in.size(2);
@@ -42,7 +40,7 @@ std::tuple<Tensor, Tensor> pca_normals_cuda(Tensor points_in, Tensor idx_in) {
   Tensor normals = torch::stable::empty({B, M, 3}, dtype, std::nullopt, points.device());
   Tensor curvature = torch::stable::empty({B, M}, dtype, std::nullopt, points.device());
   if (B * M == 0) return {normals, curvature};
-  const cudaStream_t stream = current_stream(dev);
+  const cudaStream_t stream = device.stream();
   PCGEOM_DISPATCH_FLOATING(dtype, op, [&] {
     pca_normals_kernel<scalar_t><<<blocks_for(B * M, 128), 128, 0, stream>>>(
         points.const_data_ptr<scalar_t>(), idx.const_data_ptr<int64_t>(), M, N, K, B * M,
