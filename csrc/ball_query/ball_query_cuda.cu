@@ -90,12 +90,6 @@ std::tuple<Tensor, Tensor> ball_query_cuda(Tensor query, Tensor points, double r
 }  // namespace cuda
 }  // namespace pcgeom
 
-#ifndef PCGEOM_CUDA_EMULATION
-STABLE_TORCH_LIBRARY_IMPL(pcgeom, CUDA, m) {
+PCGEOM_CUDA_KERNELS(m) {
   m.impl("ball_query", TORCH_BOX(&pcgeom::cuda::ball_query_cuda));
 }
-#else  // scripts/cuda_emu: the same kernels, run on the CPU by the emulator
-STABLE_TORCH_LIBRARY_IMPL(pcgeom_emu, CPU, m) {
-  m.impl("ball_query", TORCH_BOX(&pcgeom::cuda::ball_query_cuda));
-}
-#endif

@@ -9,7 +9,9 @@
 //     access), and that device is current while the op runs;
 //   * clamp_len(): lengths read on the device are clamped into [0, n] so that a
 //     direct torch.ops call with bad values can never read out of bounds (the
-//     Python wrappers reject such values with a clear error first).
+//     Python wrappers reject such values with a clear error first);
+//   * PCGEOM_CUDA_KERNELS(m): the one registration block of each op's CUDA
+//     kernels (the real CUDA key, or the emulator's namespace).
 //
 // PCGEOM_CUDA_EMULATION builds the same sources as plain C++ against a thread-
 // per-CUDA-thread emulator (scripts/cuda_emu/), so that the kernels' logic can
@@ -31,6 +33,7 @@
 #include <string>
 
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>
@@ -40,6 +43,22 @@
 
 #ifdef PCGEOM_CUDA_EMULATION
 #include "cuda_emu.h"
+#endif
+
+// Opens the block that registers an op's CUDA kernels, once per .cu file:
+//
+//   PCGEOM_CUDA_KERNELS(m) {
+//     m.impl("knn", TORCH_BOX(&pcgeom::cuda::knn_cuda));
+//   }
+//
+// On a real build the kernels serve the CUDA key of torch.ops.pcgeom; under
+// PCGEOM_CUDA_EMULATION (scripts/cuda_emu) the very same functions serve the
+// CPU key of the emulator's own namespace, torch.ops.pcgeom_emu, so the tests
+// can compare them with the CPU kernels.
+#ifndef PCGEOM_CUDA_EMULATION
+#define PCGEOM_CUDA_KERNELS(m) STABLE_TORCH_LIBRARY_IMPL(pcgeom, CUDA, m)
+#else
+#define PCGEOM_CUDA_KERNELS(m) STABLE_TORCH_LIBRARY_IMPL(pcgeom_emu, CPU, m)
 #endif
 
 namespace pcgeom {

@@ -351,12 +351,6 @@ Tensor farthest_point_sample_cuda(Tensor points_in, int64_t n_samples, Tensor le
 }  // namespace cuda
 }  // namespace pcgeom
 
-#ifndef PCGEOM_CUDA_EMULATION
-STABLE_TORCH_LIBRARY_IMPL(pcgeom, CUDA, m) {
+PCGEOM_CUDA_KERNELS(m) {
   m.impl("farthest_point_sample", TORCH_BOX(&pcgeom::cuda::farthest_point_sample_cuda));
 }
-#else  // scripts/cuda_emu: the same kernels, run on the CPU by the emulator
-STABLE_TORCH_LIBRARY_IMPL(pcgeom_emu, CPU, m) {
-  m.impl("farthest_point_sample", TORCH_BOX(&pcgeom::cuda::farthest_point_sample_cuda));
-}
-#endif

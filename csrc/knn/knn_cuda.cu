@@ -869,14 +869,7 @@ std::tuple<Tensor, Tensor> knn_search_cuda(const Tensor& query_in, const Tensor&
 }  // namespace cuda
 }  // namespace pcgeom
 
-#ifndef PCGEOM_CUDA_EMULATION
-STABLE_TORCH_LIBRARY_IMPL(pcgeom, CUDA, m) {
+PCGEOM_CUDA_KERNELS(m) {
   m.impl("knn", TORCH_BOX(&pcgeom::cuda::knn_cuda));
   m.impl("knn_backward", TORCH_BOX(&pcgeom::cuda::knn_backward_cuda));
 }
-#else  // scripts/cuda_emu: the same kernels, run on the CPU by the emulator
-STABLE_TORCH_LIBRARY_IMPL(pcgeom_emu, CPU, m) {
-  m.impl("knn", TORCH_BOX(&pcgeom::cuda::knn_cuda));
-  m.impl("knn_backward", TORCH_BOX(&pcgeom::cuda::knn_backward_cuda));
-}
-#endif

@@ -110,14 +110,7 @@ Tensor knn_gather_backward_cuda(Tensor grad_in, Tensor idx_in, int64_t n) {
 }  // namespace cuda
 }  // namespace pcgeom
 
-#ifndef PCGEOM_CUDA_EMULATION
-STABLE_TORCH_LIBRARY_IMPL(pcgeom, CUDA, m) {
+PCGEOM_CUDA_KERNELS(m) {
   m.impl("knn_gather", TORCH_BOX(&pcgeom::cuda::knn_gather_cuda));
   m.impl("knn_gather_backward", TORCH_BOX(&pcgeom::cuda::knn_gather_backward_cuda));
 }
-#else  // scripts/cuda_emu: the same kernels, run on the CPU by the emulator
-STABLE_TORCH_LIBRARY_IMPL(pcgeom_emu, CPU, m) {
-  m.impl("knn_gather", TORCH_BOX(&pcgeom::cuda::knn_gather_cuda));
-  m.impl("knn_gather_backward", TORCH_BOX(&pcgeom::cuda::knn_gather_backward_cuda));
-}
-#endif

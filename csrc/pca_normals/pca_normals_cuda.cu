@@ -54,12 +54,6 @@ std::tuple<Tensor, Tensor> pca_normals_cuda(Tensor points_in, Tensor idx_in) {
 }  // namespace cuda
 }  // namespace pcgeom
 
-#ifndef PCGEOM_CUDA_EMULATION
-STABLE_TORCH_LIBRARY_IMPL(pcgeom, CUDA, m) {
+PCGEOM_CUDA_KERNELS(m) {
   m.impl("pca_normals", TORCH_BOX(&pcgeom::cuda::pca_normals_cuda));
 }
-#else  // scripts/cuda_emu: the same kernel, run on the CPU by the emulator
-STABLE_TORCH_LIBRARY_IMPL(pcgeom_emu, CPU, m) {
-  m.impl("pca_normals", TORCH_BOX(&pcgeom::cuda::pca_normals_cuda));
-}
-#endif
