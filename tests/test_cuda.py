@@ -49,8 +49,12 @@ def test_every_op_has_a_cuda_kernel_source():
     for op, rel in CUDA_SOURCES.items():
         assert (CSRC / rel).is_file(), f"registry entry {op!r}: no CUDA kernel source {rel}"
         text = (CSRC / rel).read_text()
-        assert "STABLE_TORCH_LIBRARY_IMPL(pcgeom, CUDA" in text, f"{rel} does not register CUDA kernels"
+        assert "PCGEOM_CUDA_KERNELS(m)" in text, f"{rel} does not register CUDA kernels"
         assert re.search(rf'm\.impl\("{op}"', text), f"{rel} does not register pcgeom::{op}"
+    # The one registration macro (common/cuda_utils.cuh) opens the CUDA key of torch.ops.pcgeom on a real build.
+    macro = (CSRC / "common" / "cuda_utils.cuh").read_text()
+    assert re.search(r"#ifndef PCGEOM_CUDA_EMULATION\s*#define PCGEOM_CUDA_KERNELS\(m\) STABLE_TORCH_LIBRARY_IMPL\(pcgeom, CUDA, m\)",
+                     macro), "PCGEOM_CUDA_KERNELS must register the CUDA key of the pcgeom library"
     # ...and no CUDA kernel is registered for an op the registry does not know.
     registered = {m for cu in CSRC.glob("*/*_cuda.cu") for m in re.findall(r'm\.impl\("(\w+)"', cu.read_text())}
     assert registered <= set(SCHEMAS), f"CUDA kernels for ops missing from pcgeom/ops/registry.py: {registered - set(SCHEMAS)}"
