@@ -35,8 +35,12 @@ def _check_x(fn: str, name: str, x) -> torch.Tensor:
     return x
 
 
-def batch_to_offsets(fn: str, name: str, batch, n: int, device, n_clouds: int | None = None) -> torch.Tensor:
-    """A sorted per-point cloud id ``(n,)`` -> cumulative end offsets ``(B,)``.
+def batch_arg_offsets(fn: str, name: str, batch, n: int, device, n_clouds: int | None = None) -> torch.Tensor:
+    """The ``batch`` *argument* of a graph op (sorted per-point cloud ids ``(n,)``) -> cumulative end offsets ``(B,)``.
+
+    Unlike the public :func:`pcgeom.batch_to_offsets`, it checks the ids as an
+    argument of the calling function ``fn`` (named ``name`` in its messages) and
+    requires them sorted, as PyG's ``batch`` vectors are.
 
     ``B`` is ``batch.max() + 1`` unless ``n_clouds`` is given; ids that do not
     occur are empty clouds.  ``None`` is one cloud.  One host sync.
@@ -116,7 +120,7 @@ def knn_graph(x, k, *, batch=None, loop=False, flow="source_to_target") -> torch
     x = _check_x(fn, "x", x)
     k = V.check_int(fn, "k", k, minimum=1)
     _flow(fn, flow)
-    off = batch_to_offsets(fn, "batch", batch, x.shape[0], x.device)
+    off = batch_arg_offsets(fn, "batch", batch, x.shape[0], x.device)
     _, idx = knn(x, x, k if loop else k + 1, query_offsets=off, points_offsets=off)
     keep = (idx >= 0) if loop else _drop_self(idx, k)
     return _edges(idx, keep, flow)
@@ -155,7 +159,7 @@ def radius_graph(x, r, *, batch=None, max_num_neighbors=32, loop=False, flow="so
     r = V.check_float(fn, "r", r, minimum=0.0)
     cap = V.check_int(fn, "max_num_neighbors", max_num_neighbors, minimum=1)
     _flow(fn, flow)
-    off = batch_to_offsets(fn, "batch", batch, x.shape[0], x.device)
+    off = batch_arg_offsets(fn, "batch", batch, x.shape[0], x.device)
     _, idx = ball_query(x, x, r, cap if loop else cap + 1, query_offsets=off, points_offsets=off)
     keep = (idx >= 0) if loop else _drop_self(idx, cap)
     return _edges(idx, keep, flow)
@@ -207,7 +211,7 @@ def edge_features(x, k, *, batch=None) -> torch.Tensor:
         centre = x[:, :, None, :].expand_as(nb)
     else:
         x = _check_x(fn, "x", x)
-        off = batch_to_offsets(fn, "batch", batch, x.shape[0], x.device)
+        off = batch_arg_offsets(fn, "batch", batch, x.shape[0], x.device)
         _, idx = knn(x, x, k, query_offsets=off, points_offsets=off)
         valid = idx >= 0
         nb = x[idx.clamp_min(0)] if x.shape[0] else x.new_zeros(idx.shape + (x.shape[1],))

@@ -135,7 +135,7 @@ def _static_axes_warning(program, args) -> None:
 # pcgeom functions whose eager value checks branch on tensor values, which
 # torch.export cannot trace: (file, function) -> what to tell the user.
 _DATA_DEPENDENT = {
-    ("graph.py", "batch_to_offsets"): (
+    ("graph.py", "batch_arg_offsets"): (
         "pcgeom.onnx: knn_graph / radius_graph / edge_features with batch= cannot be exported: the batch "
         "vector's values are checked in Python (sorted, >= 0), a branch on data that torch.export cannot "
         "trace; export with batch=None (one cloud per call), or pass the clouds packed and search with "

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from pcgeom import _validation as V
-from pcgeom.graph import batch_to_offsets
+from pcgeom.graph import batch_arg_offsets
 
 
 ORDERS = ("index", "distance")
@@ -30,7 +30,7 @@ def count_clouds(batch_x, batch_y, batch_size):
 def cloud_offsets(fn, name, batch, n, device, B):
     if isinstance(batch, torch.Tensor):
         batch = batch.contiguous()
-    return batch_to_offsets(fn, name, batch, n, device, n_clouds=B)
+    return batch_arg_offsets(fn, name, batch, n, device, n_clouds=B)
 
 
 def ptr_offsets(fn: str, name: str, ptr: Optional[Tensor], n: int, device) -> Tensor:

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from pcgeom.compat.torch_cluster._common import as_2d, as_float
-from pcgeom.graph import batch_to_offsets
+from pcgeom.graph import batch_arg_offsets
 from pcgeom.ops import farthest_point_sample as _fps
 
 __all__ = ["fps"]
@@ -23,7 +23,7 @@ def fps_impl(src: Tensor, batch: Optional[Tensor], ratio: Optional[Union[Tensor,
             raise ValueError(f"fps: ptr must be CSR boundaries [0, ..., {n}], got {ptr_t.tolist()}")
         off = ptr_t[1:]
     elif batch is not None:
-        off = batch_to_offsets("fps", "batch", batch, n, src.device,
+        off = batch_arg_offsets("fps", "batch", batch, n, src.device,
                                n_clouds=None if batch_size is None else int(batch_size))
     else:
         off = torch.full((1,), n, dtype=torch.int64, device=src.device)

@@ -8,6 +8,17 @@ from torch import Tensor
 __all__ = ["grid_cluster"]
 
 
+@torch.jit.ignore  # grid_cluster stays scriptable (PyG and torch_cluster's own tests script it)
+def _check_grid(size: Tensor, s: Tensor, e: Tensor) -> None:
+    if not bool((torch.isfinite(size) & (size > 0)).all()):
+        raise ValueError(f"grid_cluster: size must be positive and finite on every axis, got {size.tolist()}")
+    # The linear voxel id must fit in int64 (torch_cluster's cast would wrap around silently).
+    cells = (torch.true_divide(e - s, size).to(torch.float64).floor() + 1).clamp_min(1)
+    if not bool(torch.isfinite(cells).all()) or float(cells.prod()) >= 2.0**63:
+        raise ValueError(f"grid_cluster: a grid of size {size.tolist()} over {s.tolist()}..{e.tolist()} has "
+                         f"{float(cells.prod()):.3g} cells, more than int64 voxel ids can number; use a larger size")
+
+
 def grid_cluster(pos: Tensor, size: Tensor, start: Optional[Tensor] = None, end: Optional[Tensor] = None) -> Tensor:
     """Voxel id of every point of a grid of cell ``size`` over ``start..end``.
 
@@ -42,13 +53,7 @@ def grid_cluster(pos: Tensor, size: Tensor, start: Optional[Tensor] = None, end:
         e = pos.max(0)[0]
     else:
         e = end
-    if not bool((torch.isfinite(size) & (size > 0)).all()):
-        raise ValueError(f"grid_cluster: size must be positive and finite on every axis, got {size.tolist()}")
-    # The linear voxel id must fit in int64 (torch_cluster's cast would wrap around silently).
-    cells = (torch.true_divide(e - s, size).to(torch.float64).floor() + 1).clamp_min(1)
-    if not bool(torch.isfinite(cells).all()) or float(cells.prod()) >= 2.0**63:
-        raise ValueError(f"grid_cluster: a grid of size {size.tolist()} over {s.tolist()}..{e.tolist()} has "
-                         f"{float(cells.prod()):.3g} cells, more than int64 voxel ids can number; use a larger size")
+    _check_grid(size, s, e)
     pos = pos - s.unsqueeze(0)
     num_voxels = torch.true_divide(e - s, size).to(torch.long) + 1
     num_voxels = num_voxels.cumprod(0)
