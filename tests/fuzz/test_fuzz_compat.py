@@ -252,3 +252,112 @@ def test_simple_knn_distCUDA2(c):
             continue
         if c["exact"]:
             assert got[i] == want or (np.isnan(got[i]) and np.isnan(want)), (i, got[i], want)
+
+
+def _groups_values(seed, N, G, C, special):
+    rng = np.random.default_rng(seed)
+    src = rng.normal(0, 3, (N, C))
+    if special and N:  # NaN / +-inf in a few places: NaN must propagate, inf stay inf
+        mask = rng.random((N, C))
+        src[mask < 0.08] = np.nan
+        src[(mask >= 0.08) & (mask < 0.14)] = np.inf
+        src[(mask >= 0.14) & (mask < 0.18)] = -np.inf
+    index = rng.integers(0, G, N)
+    return src, index, [np.flatnonzero(index == g) for g in range(G)]
+
+
+@fuzz(N=st.integers(0, 14), G=st.integers(1, 5), C=st.integers(1, 3), special=st.booleans(), seed=st.integers(0, 2**31))
+def test_torch_scatter_composites_and_args(N, G, C, special, seed):
+    src_np, index_np, groups = _groups_values(seed, N, G, C, special)
+    src, index = torch.from_numpy(src_np), torch.from_numpy(index_np)
+    with np.errstate(all="ignore"):
+        # logsumexp: NaN in a group -> NaN, +inf -> inf, empty or all -inf -> 0
+        got = torch_scatter.scatter_logsumexp(src, index, dim=0, dim_size=G).numpy()
+        for g, rows in enumerate(groups):
+            x = src_np[rows]
+            if len(rows) == 0:
+                np.testing.assert_array_equal(got[g], 0.0)
+                continue
+            for c in range(C):
+                col = x[:, c]
+                if np.isnan(col).any():
+                    assert np.isnan(got[g, c]), (g, c, got[g, c])
+                elif np.isposinf(col).any():
+                    assert got[g, c] == np.inf
+                elif np.isneginf(col).all():
+                    assert got[g, c] == 0.0  # -inf, mapped to 0 like an empty group (torch_scatter's rule)
+                else:
+                    m = col[np.isfinite(col)].max()
+                    want = np.log(np.exp(col - m).sum() + 1e-12) + m
+                    np.testing.assert_allclose(got[g, c], want, rtol=1e-12, atol=1e-12)
+        if special:
+            return
+        # std (unbiased, as torch_scatter: count - 1 clamped at 1, plus 1e-6), log_softmax per group
+        std = torch_scatter.scatter_std(src, index, dim=0, dim_size=G).numpy()
+        lsm = torch_scatter.scatter_log_softmax(src, index, dim=0).numpy()
+        for g, rows in enumerate(groups):
+            x = src_np[rows]
+            if len(rows) == 0:
+                np.testing.assert_array_equal(std[g], 0.0)
+                continue
+            var = ((x - x.mean(0)) ** 2).sum(0) / (max(len(rows) - 1, 1) + 1e-6)  # torch_scatter adds 1e-6
+            np.testing.assert_allclose(std[g], np.sqrt(var), rtol=1e-9, atol=1e-12)
+            z = x - x.max(0)
+            np.testing.assert_allclose(lsm[rows], z - np.log(np.exp(z).sum(0) + 1e-12), rtol=1e-9, atol=1e-12)  # eps as upstream
+        # min / max with their arg: the lowest position among ties; empty slots -> value 0, arg N
+        for reduce in ("min", "max"):
+            val, arg = getattr(torch_scatter, f"scatter_{reduce}")(src, index, dim=0, dim_size=G)
+            for g, rows in enumerate(groups):
+                if len(rows) == 0:
+                    assert (arg[g] == N).all() and (val[g] == 0).all()
+                    continue
+                x = src_np[rows]
+                best = x.min(0) if reduce == "min" else x.max(0)
+                np.testing.assert_array_equal(val[g].numpy(), best)
+                first = np.array([rows[np.flatnonzero(x[:, c] == best[c])[0]] for c in range(C)])
+                np.testing.assert_array_equal(arg[g].numpy(), first)
+        # the *_coo functions on the sorted index equal scatter's per-group answers
+        order = np.argsort(index_np, kind="stable")
+        s_sorted, i_sorted = src[torch.from_numpy(order)], index[torch.from_numpy(order)]
+        for reduce in ("sum", "mean", "min", "max"):
+            coo = torch_scatter.segment_coo(s_sorted, i_sorted, dim_size=G, reduce=reduce)
+            sc = torch_scatter.scatter(src, index, dim=0, dim_size=G, reduce=reduce)
+            np.testing.assert_allclose(coo.numpy(), sc.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@fuzz(c=clouds(n_min=1, n_max=16, d_choices=(2, 3), kinds=["uniform", "lattice", "repeated", "few_distinct"],
+               dtypes=[torch.float32, torch.float64]), size=st.sampled_from([0.25, 0.5, 1.0, 3.0]))
+def test_torch_cluster_grid_cluster(c, size):
+    pos = torch.from_numpy(c["x"][0]).to(c["dtype"])
+    if not torch.isfinite(pos).all():
+        return
+    sz = torch.full((pos.shape[1],), size, dtype=c["dtype"])
+    got = torch_cluster.grid_cluster(pos, sz).numpy()
+    p, s = pos.double().numpy(), sz.double().numpy()
+    start, end = p.min(0), p.max(0)
+    cells = np.trunc((end - start) / s).astype(np.int64) + 1
+    mult = np.concatenate([[1], np.cumprod(cells)[:-1]])
+    vox = np.trunc((p - start) / s).astype(np.int64)
+    # The stand-in divides in the input dtype, as torch_cluster: compare where float64 agrees on the cell.
+    same = (np.trunc((pos - pos.min(0).values) / sz).double().numpy() == vox).all(1)
+    np.testing.assert_array_equal(got[same], (vox * mult).sum(1)[same])
+    # points in the same voxel share an id, different voxels never do
+    ids = {}
+    for v, gid in zip(map(tuple, vox[same]), got[same]):
+        assert ids.setdefault(v, gid) == gid
+
+
+@fuzz(c=clouds(n_min=1, n_max=14, d_choices=(2, 3), kinds=["lattice", "repeated", "few_distinct"],
+               dtypes=[torch.float32, torch.float64], b_max=1),
+      r=st.sampled_from([0.5, 1.0, 1.5, 2.0]), loop=st.booleans())
+def test_torch_cluster_radius_graph(c, r, loop):
+    x = torch.from_numpy(c["x"][0]).to(c["dtype"])
+    if not torch.isfinite(x).all():
+        return
+    n = x.shape[0]
+    ei = torch_cluster.radius_graph(x, r, loop=loop, max_num_neighbors=n + 1).numpy()
+    got = set(map(tuple, ei.T))
+    xd = x.double().numpy()
+    d2 = sq_dist_acc(xd[:, None, :], xd[None, :, :])
+    want = {(j, i) for i in range(n) for j in range(n) if d2[i, j] < r * r and (loop or i != j)}  # open ball, as torch_cluster
+    assert got == want
