@@ -427,3 +427,53 @@ def test_serialize(c, vs, order):
     np.testing.assert_array_equal(perm, np.argsort(code, kind="stable"))
     batch = np.repeat(np.arange(len(c["lens"])), c["lens"])
     assert (np.diff(batch[perm]) >= 0).all()  # never mixes clouds
+
+
+@fuzz(c=packed_clouds(n_max=10, d_choices=(2, 3), min_len=0), C=st.integers(0, 3), k=st.integers(1, 5),
+      seed=st.integers(0, 2**31), layout=st.sampled_from(LAYOUTS))
+def test_group_packed(c, C, k, seed, layout):
+    # A gather: exact for every input, NaN and inf included; -1 slots are zeros.
+    N = c["x"].shape[0]
+    rng = np.random.default_rng(seed)
+    pts = as_layout(c["x"], c["dtype"], layout)
+    feats = torch.from_numpy(rng.normal(size=(N, C))).to(c["dtype"])
+    M = max(N, 1)
+    idx_np = rng.integers(-1, N, (M, k)) if N else np.full((M, k), -1)
+    centers = torch.from_numpy(make_points(c["kind"], M, pts.shape[1], c["dtype"], c["seed"] + 1)).to(c["dtype"])
+    got = pcgeom.group_packed(feats, torch.from_numpy(idx_np), points=pts, centers=centers)
+    assert got.shape == (M, k, pts.shape[1] + C)
+    for m in range(M):
+        for j in range(k):
+            i = idx_np[m, j]
+            row = got[m, j]
+            if i < 0:
+                assert (row == 0).all()
+                continue
+            rel = (pts[i] - centers[m]).to(row.dtype)  # the subtraction in the input dtype, as documented
+            D = pts.shape[1]
+            assert torch.equal(row[:D].nan_to_num(), rel.nan_to_num()) and torch.equal(row[:D].isnan(), rel.isnan())
+            assert torch.equal(row[D:], feats[i].to(row.dtype))
+
+
+@fuzz(c=packed_clouds(n_max=9, d_choices=(2, 3), kinds=["lattice", "repeated", "few_distinct"],
+                      dtypes=[torch.float64], min_len=0), k=st.integers(1, 4), C=st.integers(1, 3), seed=st.integers(0, 2**31))
+def test_interpolate_packed(c, k, C, seed):
+    # Exact kinds (ties resolved like the oracle): inverse-distance weights of the k nearest of the same cloud.
+    x = torch.from_numpy(c["x"])
+    off = torch.tensor(c["offsets"])
+    rng = np.random.default_rng(seed)
+    feats_np = rng.normal(size=(x.shape[0], C))
+    q_np = make_points(c["kind"], x.shape[0], x.shape[1], torch.float64, c["seed"] + 7)
+    got = pcgeom.interpolate_packed(torch.from_numpy(q_np), x, torch.from_numpy(feats_np), k,
+                                    query_offsets=off, points_offsets=off).numpy()
+    lo = 0
+    for hi in c["offsets"]:
+        if hi == lo:
+            continue
+        d2, oi = knn_oracle_acc(q_np[lo:hi], c["x"][lo:hi], k)
+        for m in range(hi - lo):
+            valid = oi[m] >= 0
+            w = 1.0 / (np.sqrt(d2[m, valid]) + 1e-8)
+            want = (w[:, None] * feats_np[lo + oi[m, valid]]).sum(0) / w.sum()
+            np.testing.assert_allclose(got[lo + m], want, rtol=1e-9, atol=1e-9)
+        lo = hi
