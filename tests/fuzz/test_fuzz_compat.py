@@ -361,3 +361,55 @@ def test_torch_cluster_radius_graph(c, r, loop):
     d2 = sq_dist_acc(xd[:, None, :], xd[None, :, :])
     want = {(j, i) for i in range(n) for j in range(n) if d2[i, j] < r * r and (loop or i != j)}  # open ball, as torch_cluster
     assert got == want
+
+
+@fuzz(B=st.integers(1, 2), m=st.integers(1, 6), n=st.integers(1, 5), C=st.integers(1, 3),
+      dtype=st.sampled_from([torch.float32, torch.float64]), seed=st.integers(0, 2**31))
+def test_pointnet2_three_interpolate_and_groupers(B, m, n, C, dtype, seed):
+    rng = np.random.default_rng(seed)
+    f = torch.from_numpy(rng.normal(size=(B, C, m))).to(dtype)
+    idx = torch.from_numpy(rng.integers(0, m, (B, n, 3))).int()
+    w = torch.from_numpy(rng.random((B, n, 3))).to(dtype)
+    got = pointnet2_ops.three_interpolate(f, idx, w)
+    want = np.stack([sum(w[b, :, j].double().numpy()[None, :] * f[b].double().numpy()[:, idx[b, :, j].long().numpy()]
+                         for j in range(3)) for b in range(B)])
+    np.testing.assert_allclose(got.double().numpy(), want, rtol=1e-5 if dtype == torch.float32 else 1e-12, atol=1e-6)
+    # GroupAll: coordinates (channel-first) then features, one group of every point
+    xyz = torch.from_numpy(rng.integers(-2, 3, (B, m, 3)).astype(float)).to(dtype)
+    ga = pointnet2_ops.GroupAll(use_xyz=True)(xyz, None, f)  # forward(xyz, new_xyz, features), as upstream
+    assert torch.equal(ga, torch.cat([xyz.transpose(1, 2), f], 1)[:, :, None, :])
+    # QueryAndGroup: the ball query's indices, coordinates relative to the centre, then the features
+    new_xyz = xyz[:, : min(n, m)].contiguous()
+    ns = 1 + seed % 4
+    qg = pointnet2_ops.QueryAndGroup(1.5, ns, use_xyz=True)(xyz, new_xyz, f)
+    bq = pointnet2_ops.ball_query(1.5, ns, xyz, new_xyz).long()
+    for b in range(B):
+        g = bq[b]
+        rel = (xyz[b][g] - new_xyz[b][:, None, :]).permute(2, 0, 1)
+        assert torch.equal(qg[b, :3], rel)
+        assert torch.equal(qg[b, 3:], f[b][:, g])
+
+
+@fuzz(c=packed_clouds(kinds=["lattice", "repeated", "few_distinct"], d_choices=(3,), min_len=1,
+                      dtypes=[torch.float64]), C=st.integers(1, 3), seed=st.integers(0, 2**31))
+def test_pointops_interpolation(c, C, seed):
+    # Pointcept's interpolation: weights 1 / (d + 1e-8) over the 3 nearest points of the same cloud, normalised.
+    x = torch.from_numpy(c["x"])
+    off = torch.tensor(c["offsets"], dtype=torch.int32)
+    rng = np.random.default_rng(seed)
+    feat_np = rng.normal(size=(x.shape[0], C))
+    q_np = make_points(c["kind"], x.shape[0], 3, torch.float64, c["seed"] + 3)
+    got = pointops.interpolation(x, torch.from_numpy(q_np), torch.from_numpy(feat_np), off, off).numpy()
+    lo = 0
+    for hi in c["offsets"]:
+        d2, oi = knn_oracle_acc(q_np[lo:hi], c["x"][lo:hi], 3)
+        for r in range(hi - lo):
+            # A cloud with fewer than 3 points: the original's padding slot (idx -1, distance 1e5) reads
+            # Python's feat[-1], the last row of the packed features -- documented, kept.
+            ok = oi[r] >= 0
+            d = np.where(ok, np.sqrt(np.where(ok, d2[r], 0.0)), 1e5)
+            rows = np.where(ok, lo + oi[r], feat_np.shape[0] - 1)
+            w = 1.0 / (d + 1e-8)
+            w = w / w.sum()
+            np.testing.assert_allclose(got[lo + r], (w[:, None] * feat_np[rows]).sum(0), rtol=1e-9, atol=1e-12)
+        lo = hi
