@@ -156,25 +156,35 @@ def test_knn_gather_matches_eager():
         _equal(run(x, idx)[0], pcgeom.knn_gather(x, idx), "knn_gather")
 
 
+# Fixed inputs: a composite's test must not depend on the global RNG (a mean's last bit once differed by chance).
+_GEN = torch.Generator().manual_seed(11)
+
+
+def _rand(*shape):
+    return torch.rand(*shape, generator=_GEN)
+
+
 COMPOSITES = {
     # name: (fn, example inputs, new inputs, exact?)
     "group_patches": (lambda p: pcgeom.group_patches(p, 8, 5, return_index=True),
-                      (torch.rand(2, 40, 3),), (torch.rand(3, 50, 3),), True),
+                      (_rand(2, 40, 3),), (_rand(3, 50, 3),), True),
+    # The Chamfer loss is a mean: its reduction order is not promised (torch's mean vs ONNX ReduceMean), so it is
+    # compared to float32 rounding, as every floating result that is a sum of many terms.
     "chamfer_distance": (lambda x, y: pcgeom.chamfer_distance(x, y),
-                         (torch.rand(2, 20, 3), torch.rand(2, 30, 3)), (torch.rand(3, 25, 3), torch.rand(3, 11, 3)), True),
+                         (_rand(2, 20, 3), _rand(2, 30, 3)), (_rand(3, 25, 3), _rand(3, 11, 3)), False),
     "interpolate_features": (lambda q, p, f: pcgeom.interpolate_features(q, p, f),
-                             (torch.rand(2, 20, 3), torch.rand(2, 30, 3), torch.rand(2, 30, 4)),
-                             (torch.rand(3, 25, 3), torch.rand(3, 11, 3), torch.rand(3, 11, 4)), False),
+                             (_rand(2, 20, 3), _rand(2, 30, 3), _rand(2, 30, 4)),
+                             (_rand(3, 25, 3), _rand(3, 11, 3), _rand(3, 11, 4)), False),
     "group_features": (lambda p, c, f: pcgeom.group_features(p, c, pcgeom.ball_query(c, p, 0.3, 6, order="index").idx, f),
-                       (torch.rand(2, 30, 3), torch.rand(2, 8, 3), torch.rand(2, 30, 4)),
-                       (torch.rand(3, 25, 3), torch.rand(3, 11, 3), torch.rand(3, 25, 4)), True),
+                       (_rand(2, 30, 3), _rand(2, 8, 3), _rand(2, 30, 4)),
+                       (_rand(3, 25, 3), _rand(3, 11, 3), _rand(3, 25, 4)), True),
     "packed_knn": (lambda q, p, qo, po: pcgeom.knn(q, p, 4, query_offsets=qo, points_offsets=po),
-                   (torch.rand(20, 3), torch.rand(30, 3), torch.tensor([8, 20]), torch.tensor([10, 30])),
-                   (torch.rand(25, 3), torch.rand(31, 3), torch.tensor([3, 9, 25]), torch.tensor([2, 12, 31])), True),
+                   (_rand(20, 3), _rand(30, 3), torch.tensor([8, 20]), torch.tensor([10, 30])),
+                   (_rand(25, 3), _rand(31, 3), torch.tensor([3, 9, 25]), torch.tensor([2, 12, 31])), True),
     "packed_fps": (lambda p, o: pcgeom.farthest_point_sample(p, 4, offsets=o),
-                   (torch.rand(30, 3), torch.tensor([10, 30])), (torch.rand(31, 3), torch.tensor([3, 12, 31])), True),
-    "knn_graph": (lambda x: pcgeom.knn_graph(x, 3), (torch.rand(20, 3),), (torch.rand(25, 3),), True),
-    "radius_graph": (lambda x: pcgeom.radius_graph(x, 0.3), (torch.rand(20, 3),), (torch.rand(25, 3),), True),
+                   (_rand(30, 3), torch.tensor([10, 30])), (_rand(31, 3), torch.tensor([3, 12, 31])), True),
+    "knn_graph": (lambda x: pcgeom.knn_graph(x, 3), (_rand(20, 3),), (_rand(25, 3),), True),
+    "radius_graph": (lambda x: pcgeom.radius_graph(x, 0.3), (_rand(20, 3),), (_rand(25, 3),), True),
 }
 
 
