@@ -244,3 +244,41 @@ def test_the_registry_names_every_translation():
     assert {e.name for e in OPS if not e.onnx} == {"knn_backward", "knn_gather_backward"}  # backward-only ops
     table = pxo.translation_table()
     assert all(getattr(torch.ops.pcgeom, n).default in table for n in declared)
+    # Python custom ops (outside the pcgeom library) are declared there too, in PYTHON_OP_ONNX.
+    from pcgeom.onnx.translations import PYTHON_OP_TRANSLATIONS
+    from pcgeom.ops.registry import PYTHON_OP_ONNX
+
+    assert set(PYTHON_OP_ONNX) == set(PYTHON_OP_TRANSLATIONS) == {"pcgeom_grouping::pointnet2_fps"}
+    assert table[torch.ops.pcgeom_grouping.pointnet2_fps.default] is PYTHON_OP_TRANSLATIONS["pcgeom_grouping::pointnet2_fps"]
+
+
+def _pointnet2_cloud(g, B, N, levels):
+    """Lattice clouds (``levels`` values per axis: ties and duplicates) with points inside pointnet2's near-origin skip.
+
+    With 2 levels there are 8 distinct points, the origin ineligible: 8 samples make the kernel repeat points.
+    """
+    p = torch.randint(0, levels, (B, N, 3), generator=g) * 0.25
+    p[:, 1:3] = 0.01 * torch.rand(B, 2, 3, generator=g)  # |p|^2 <= 1e-3: skipped by the kernel
+    return p
+
+
+def test_pointnet2_ops_fps_matches_eager():
+    # The stand-in's FPS (pointnet2's kernel order and near-origin skip) is a Python custom op traced as
+    # pcgeom_grouping::pointnet2_fps; two calls in one model also check that the two Loops' names do not collide.
+    from pcgeom.compat import pointnet2_ops
+
+    def fn(x):
+        return pointnet2_ops.furthest_point_sample(x, 8), pointnet2_ops.furthest_point_sample(x[:, :12].contiguous(), 3)
+
+    run = _export(fn, torch.rand(2, 40, 3))
+    g = torch.Generator().manual_seed(5)
+    # N crosses the kernel's block sizes (powers of two, capped at 512): the priority order is rebuilt for each N.
+    for B, N in [(3, 12), (1, 17), (2, 64), (2, 513), (1, 1100)]:
+        for cloud in ("random", "lattice3", "lattice2"):
+            if cloud == "random":
+                x = torch.rand(B, N, 3, generator=g) * 2 - 1
+            else:
+                x = _pointnet2_cloud(g, B, N, int(cloud[-1]))
+            got, want = run(x), fn(x)
+            _equal(got[0], want[0], f"pointnet2 fps {B, N, cloud}")
+            _equal(got[1], want[1], f"pointnet2 fps (second loop) {B, N, cloud}")

@@ -64,20 +64,30 @@ def translation_table() -> dict:
     themselves.  Covers every op of the ``pcgeom`` torch library that a
     forward can call (``knn``, ``ball_query``, ``knn_gather``,
     ``farthest_point_sample``, ``pca_normals`` -- the last one raises
-    :class:`ExportError`: see the guide), plus ``aten.searchsorted`` (used by
+    :class:`ExportError`: see the guide), the Python custom ops the stand-ins
+    trace through (``pcgeom_grouping::pointnet2_fps``, pointnet2's FPS with its
+    kernel's tie order; ``registry.PYTHON_OP_ONNX``), plus ``aten.searchsorted`` (used by
     the packed layout; torch's exporter has no translation for it).
     """
     import importlib
 
     import pcgeom.ops  # noqa: F401  (defines torch.ops.pcgeom.*)
-    from pcgeom.ops.registry import OPS
+    import pcgeom.grouping  # noqa: F401  (defines the pcgeom_grouping Python custom ops)
+    from pcgeom.ops.registry import OPS, PYTHON_OP_ONNX
 
     tr = _translations()
     table = {}
+
+    def load(where):
+        module, function = where.split(":")
+        return getattr(importlib.import_module(module), function)
+
     for e in OPS:  # each op's translation is named in the op registry
         if e.onnx is not None:
-            module, function = e.onnx.split(":")
-            table[getattr(torch.ops.pcgeom, e.name).default] = getattr(importlib.import_module(module), function)
+            table[getattr(torch.ops.pcgeom, e.name).default] = load(e.onnx)
+    for qualname, where in PYTHON_OP_ONNX.items():  # and the Python custom ops' there too
+        namespace, name = qualname.split("::")
+        table[getattr(getattr(torch.ops, namespace), name).default] = load(where)
     for name, fn in tr.ATEN_TRANSLATIONS.items():
         packet, overload = name.split(".")
         table[getattr(getattr(torch.ops.aten, packet), overload)] = fn
