@@ -282,3 +282,42 @@ def test_pointnet2_ops_fps_matches_eager():
             got, want = run(x), fn(x)
             _equal(got[0], want[0], f"pointnet2 fps {B, N, cloud}")
             _equal(got[1], want[1], f"pointnet2 fps (second loop) {B, N, cloud}")
+
+
+def test_default_optimizer_keeps_batchnorm_and_folds_shapes():
+    # export's default passes leave every result bit-identical: BatchNorm is not folded into the convolution
+    # (that rewrite, in torch's optimizer, re-rounds the weights), while exact shape arithmetic is folded.
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv1d(3, 8, 1)
+            self.bn = torch.nn.BatchNorm1d(8)
+
+        def forward(self, x):
+            idx = pcgeom.knn(x, x, 4).idx
+            f = self.bn(self.conv(x.transpose(1, 2))).transpose(1, 2)
+            return pcgeom.knn_gather(f, idx).amax(2)
+
+    torch.manual_seed(0)
+    net = Net().eval()
+    net.bn.running_mean.uniform_(-1, 1)
+    net.bn.running_var.uniform_(0.5, 2)
+    x = torch.rand(2, 20, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours, full = pxo.export(net, (x,)), pxo.export(net, (x,), optimize="torch")
+        plain = pxo.export(net, (x,), optimize=False)
+
+    def ops(p):
+        return [n.op_type for n in p.model_proto.graph.node]
+
+    assert "BatchNormalization" in ops(ours) and "BatchNormalization" not in ops(full)
+    assert len(ops(ours)) < len(ops(plain))  # the exact folds and eliminations did run
+    new = torch.rand(3, 31, 3)
+    sess = ort.InferenceSession(ours.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = ort.InferenceSession(plain.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {sess.get_inputs()[0].name: new.numpy()})[0]
+    assert np.array_equal(got, ref.run(None, {ref.get_inputs()[0].name: new.numpy()})[0])  # same graph results
+    np.testing.assert_allclose(got, net(new).detach().numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="optimize"):
+        pxo.export(net, (x,), optimize="fast")

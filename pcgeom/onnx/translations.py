@@ -24,7 +24,7 @@ The rules that make pcgeom's answers exact are kept, op by op:
 * FPS is a ``Loop`` that carries the running minimum, with the reference's rule
   for chosen points, NaN and ties (first maximum of ``ArgMax``).
 
-Memory: the searches are brute force, an ``(B, M, N + k)`` distance tensor plus
+Memory: the searches are brute force, a ``(B, M, N)`` distance tensor plus
 two sort keys and a few masks of the same shape -- about 20 bytes per
 query-point pair in float32 (about 28 in float64).  Point-MAE's grouping
 (``32 * 64 * 1024`` = 2e6 pairs) needs ~40 MB; at 5e7 pairs (1 GB) it stops
@@ -127,34 +127,35 @@ def _search(fn, query, points, k: int, query_lengths, points_lengths, radius2=No
     if radius2 is not None:
         # radius**2 formed in double, rounded once to the accumulation dtype (the kernels' rule)
         valid = op.And(valid, op.LessOrEqual(d2, _const(radius2, npacc)))
-    # k padding columns (invalid, +inf) so that TopK always has >= k columns (k > N is allowed).
-    pad_shape = op.Concat(op.Shape(d2, start=0, end=2), _const([k], np.int64), axis=0)
-    d2 = op.Concat(d2, op.ConstantOfShape(pad_shape, value=ir.tensor(np.array([np.inf], dtype=npacc))), axis=2)
-    valid = op.Concat(valid, op.ConstantOfShape(pad_shape, value=ir.tensor(np.array([False]))), axis=2)
-    kk = _const([k], np.int64)
+    # TopK takes min(k, N) columns (k > N is allowed); the k - min(k, N) missing slots are padding, added
+    # to the (B, M, min(k, N)) results below -- padding the (B, M, N) distances instead would copy them.
+    kt = op.Min(_const([k], np.int64), _dim(d2, 2))  # (1,)
     if index_order:
         # The first k valid points in index order: TopK over a 0/1 code, ties to the lower index.
         code = op.Where(valid, _const(0.0, np.float32), _const(1.0, np.float32))
-        _, sel = op.TopK(code, kk, axis=2, largest=0, sorted=1)
+        _, sel = op.TopK(code, kt, axis=2, largest=0, sorted=1)
     else:
         isnan = op.IsNaN(d2)
         isinf = op.IsInf(d2)
         fin = op.And(op.Not(op.Or(isnan, isinf)), valid)
         # TopK 1: the finite valid distances, ascending, ties to the lower index.
-        _, i1 = op.TopK(op.Where(fin, d2, inf), kk, axis=2, largest=0, sorted=1)
-        # TopK 2: class code 0 finite, 1 +inf, 2 NaN, 3 invalid/padding: the rest in class-then-index order.
+        _, i1 = op.TopK(op.Where(fin, d2, inf), kt, axis=2, largest=0, sorted=1)
+        # TopK 2: class code 0 finite, 1 +inf, 2 NaN, 3 invalid: the rest in class-then-index order.
         f = np.float32
         code = op.Where(valid, op.Where(isnan, _const(2.0, f), op.Where(isinf, _const(1.0, f), _const(0.0, f))),
                         _const(3.0, f))
-        _, i2 = op.TopK(code, kk, axis=2, largest=0, sorted=1)
+        _, i2 = op.TopK(code, kt, axis=2, largest=0, sorted=1)
         # Slot j takes TopK 1 while finite neighbours last, then TopK 2 at the same slot:
         # TopK 2's first n_finite slots are exactly the finite ones.
         n_fin = op.ReduceSum(op.Cast(fin, to=_INT64), [2], keepdims=1)  # (B, M, 1)
-        j = op.Range(_const(0, np.int64), _const(k, np.int64), _const(1, np.int64))
+        j = op.Range(_const(0, np.int64), op.Squeeze(kt, [0]), _const(1, np.int64))
         sel = op.Where(op.Less(j, n_fin), i1, i2)
     ok = op.GatherElements(valid, sel, axis=2)
     dist = op.Where(ok, op.GatherElements(d2, sel, axis=2), inf)
     idx = op.Where(ok, sel, _const(-1, np.int64))
+    pad_shape = op.Concat(op.Shape(d2, start=0, end=2), op.Sub(_const([k], np.int64), kt), axis=0)
+    dist = op.Concat(dist, op.ConstantOfShape(pad_shape, value=ir.tensor(np.array([np.inf], dtype=npacc))), axis=2)
+    idx = op.Concat(idx, op.ConstantOfShape(pad_shape, value=ir.tensor(np.array([-1], dtype=np.int64))), axis=2)
     return op.Cast(dist, to=query.dtype), idx
 
 
@@ -164,7 +165,7 @@ def knn_translation(query, points, k: int, query_lengths, points_lengths):
     Same contract as :func:`pcgeom.knn` (padded layout): ``query (B, M, D)``,
     ``points (B, N, D)`` (D static), int64 lengths ``(B,)``; returns
     ``dist2 (B, M, k)`` in the input dtype, ``idx (B, M, k)`` int64.
-    Costs O(B*M*(N+k)) memory (see the module docstring for the limit).
+    Costs O(B*M*N) memory (see the module docstring for the limit).
     """
     return _search("knn", query, points, k, query_lengths, points_lengths)
 
@@ -175,7 +176,7 @@ def ball_query_translation(query, points, radius: float, k: int, query_lengths, 
 
     Same contract as :func:`pcgeom.ball_query`; ``dist2 <= radius**2`` with
     ``radius**2`` formed in double and rounded once to the accumulation dtype.
-    Costs O(B*M*(N+k)) memory.
+    Costs O(B*M*N) memory.
     """
     acc = np.float64 if query.dtype == _DOUBLE else np.float32
     r2 = acc(float(radius) * float(radius))
