@@ -168,6 +168,9 @@ COMPOSITES = {
     # name: (fn, example inputs, new inputs, exact?)
     "group_patches": (lambda p: pcgeom.group_patches(p, 8, 5, return_index=True),
                       (_rand(2, 40, 3),), (_rand(3, 50, 3),), True),
+    # pointnet2's FPS (kernel tie order, near-origin skip) through the pcgeom_grouping::pointnet2_fps op.
+    "group_patches_pointnet2": (lambda p: pcgeom.group_patches(p, 8, 5, fps="pointnet2", return_index=True),
+                                (_rand(2, 40, 3) - 0.5,), (_rand(3, 50, 3) - 0.5,), True),
     # The Chamfer loss is a mean: its reduction order is not promised (torch's mean vs ONNX ReduceMean), so it is
     # compared to float32 rounding, as every floating result that is a sum of many terms.
     "chamfer_distance": (lambda x, y: pcgeom.chamfer_distance(x, y),
