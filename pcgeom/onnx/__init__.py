@@ -197,6 +197,17 @@ def optimize_preserving(model) -> None:
     into Conv (both change the rounding of every output), Min/Max into Clip,
     Relu/Clip fusions, broadcasts into MatMul, and the attention /
     normalisation fusions.
+
+    Example:
+        >>> import torch, pcgeom, pcgeom.onnx
+        >>> class Neighbours(torch.nn.Module):
+        ...     def forward(self, x):
+        ...         return pcgeom.knn(x, x, 2).idx
+        >>> program = pcgeom.onnx.export(Neighbours(), (torch.rand(2, 8, 3),), optimize=False)
+        >>> before = len(list(program.model.graph))
+        >>> pcgeom.onnx.optimize_preserving(program.model)
+        >>> len(list(program.model.graph)) < before
+        True
     """
     import onnx_ir.passes.common as common
     from onnxscript.optimizer import fold_constants_ir

@@ -16,9 +16,11 @@ The rules that make pcgeom's answers exact are kept, op by op:
   inputs, float64 for float64 -- the same roundings as the kernels, so the
   distances are bit-equal;
 * order: finite distances ascending, then ``+inf``, then NaN, ties to the lower
-  index -- ONNX's TopK fixes "equal values: lower index first", and two TopKs
-  (one over the finite distances, one over a class code) give the exact order
-  without relying on how a runtime sorts NaN;
+  index -- ONNX's TopK fixes "equal values: lower index first"; float32
+  distances are sorted by one TopK over a float64 key (the distance, with
+  +inf / NaN / invalid mapped to 1e300 / 2e300 / 3e300), float64 ones by two
+  TopKs (one over the finite distances, one over a class code); neither relies
+  on how a runtime sorts NaN;
 * ``idx = -1`` / ``dist2 = +inf`` padding, ``k > N`` allowed, ragged lengths,
   0-based int64 indices;
 * FPS is a ``Loop`` that carries the running minimum, with the reference's rule
@@ -134,7 +136,14 @@ def _search(fn, query, points, k: int, query_lengths, points_lengths, radius2=No
         # The first k valid points in index order: TopK over a 0/1 code, ties to the lower index.
         code = op.Where(valid, _const(0.0, np.float32), _const(1.0, np.float32))
         _, sel = op.TopK(code, kt, axis=2, largest=0, sorted=1)
-    else:
+    elif acc == _FLOAT:
+        # One TopK over a float64 key: every float32 distance is exact in float64 and below 1e300, so
+        # +inf -> 1e300, NaN -> 2e300, invalid/padding -> 3e300 give finite ascending, then +inf, NaN,
+        # invalid, ties to the lower index -- the two-TopK order below in one sort, half the work.
+        f8 = np.float64
+        key = op.Where(op.IsNaN(d2), _const(2e300, f8), op.Where(op.IsInf(d2), _const(1e300, f8), op.Cast(d2, to=_DOUBLE)))
+        _, sel = op.TopK(op.Where(valid, key, _const(3e300, f8)), kt, axis=2, largest=0, sorted=1)
+    else:  # float64 distances fill float64: no room for class codes above them, so two TopKs
         isnan = op.IsNaN(d2)
         isinf = op.IsInf(d2)
         fin = op.And(op.Not(op.Or(isnan, isinf)), valid)
