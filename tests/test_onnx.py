@@ -184,6 +184,10 @@ COMPOSITES = {
     "packed_knn": (lambda q, p, qo, po: pcgeom.knn(q, p, 4, query_offsets=qo, points_offsets=po),
                    (_rand(20, 3), _rand(30, 3), torch.tensor([8, 20]), torch.tensor([10, 30])),
                    (_rand(25, 3), _rand(31, 3), torch.tensor([3, 9, 25]), torch.tensor([2, 12, 31])), True),
+    # A self-search with equal offsets given as two tensors (torch_cluster's knn(x, x, k) does this): eager
+    # compares the offsets' values to pad once, which tracing must not branch on.
+    "packed_self_knn": (lambda p, o: pcgeom.knn(p, p, 4, query_offsets=o, points_offsets=o.clone()),
+                        (_rand(30, 3), torch.tensor([10, 30])), (_rand(31, 3), torch.tensor([3, 12, 31])), True),
     "packed_fps": (lambda p, o: pcgeom.farthest_point_sample(p, 4, offsets=o),
                    (_rand(30, 3), torch.tensor([10, 30])), (_rand(31, 3), torch.tensor([3, 12, 31])), True),
     "knn_graph": (lambda x: pcgeom.knn_graph(x, 3), (_rand(20, 3),), (_rand(25, 3),), True),
