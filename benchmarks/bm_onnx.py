@@ -183,7 +183,7 @@ def main(argv=None):
         raise SystemExit(f"pure-torch child failed:\n{proc.stderr[-3000:]}")
     kid = json.loads(proc.stdout.strip().splitlines()[-1])
     lines = [
-        f"torch {torch.__version__}, onnxruntime {onnxruntime.__version__} (CPUExecutionProvider), {threads} threads, "
+        f"torch {torch.__version__}, onnxruntime {onnxruntime.__version__} (CPUExecutionProvider), {threads} thread{'s' if threads != 1 else ''}, "
         f"native kernels: {native}; best / median of {args.repeats} interleaved rounds after a warm-up, inference "
         f"(eval, no grad), times in ms.",
         "",
