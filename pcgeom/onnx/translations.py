@@ -16,11 +16,10 @@ The rules that make pcgeom's answers exact are kept, op by op:
   inputs, float64 for float64 -- the same roundings as the kernels, so the
   distances are bit-equal;
 * order: finite distances ascending, then ``+inf``, then NaN, ties to the lower
-  index -- ONNX's TopK fixes "equal values: lower index first"; float32
-  distances are sorted by one TopK over a float64 key (the distance, with
-  +inf / NaN / invalid mapped to 1e300 / 2e300 / 3e300), float64 ones by two
-  TopKs (one over the finite distances, one over a class code); neither relies
-  on how a runtime sorts NaN;
+  index -- ONNX's TopK fixes "equal values: lower index first": a TopK over
+  the finite distances, and only where some row has fewer than k finite valid
+  neighbours (an ``If``) a second TopK over a class code orders the rest;
+  neither relies on how a runtime sorts NaN;
 * ``idx = -1`` / ``dist2 = +inf`` padding, ``k > N`` allowed, ragged lengths,
   0-based int64 indices;
 * FPS is a ``Loop`` that carries the running minimum, with the reference's rule
@@ -116,6 +115,45 @@ def _sq_dist(q, p, d: int, acc):
     return out
 
 
+def _if_else(cond, then_fn, else_fn, what: str):
+    """An ONNX ``If`` whose branches are built on tapes by ``then_fn(tape)`` / ``else_fn(tape)`` (one int64 output each).
+
+    Like the FPS Loop, built directly in ONNX IR: the branches read outer values.
+    """
+    pre = _loop_prefix(what)
+    branches = []
+    for side, fn in (("then", then_fn), ("else", else_fn)):
+        t = ir.tape.Tape()
+        out = fn(t)
+        out.dtype = _INT64
+        _name_body(t, f"{pre}_{side}")
+        branches.append(ir.Graph([], [out], nodes=t.nodes, name=f"{pre}_{side}", opset_imports={"": OPSET}))
+    node = ir.Node("", "If", [cond], attributes=[ir.AttrGraph("then_branch", branches[0]),
+                                                 ir.AttrGraph("else_branch", branches[1])], num_outputs=1)
+    onnxscript.evaluator.default().nodes.append(node)
+    node.outputs[0].dtype = _INT64
+    return node.outputs[0]
+
+
+def _class_order(t, fin, valid, isnan, isinf, kt, i1):
+    """TopK 2 and the merge, on a tape: class code 0 finite, 1 +inf, 2 NaN, 3 invalid, then index order.
+
+    Slot j takes TopK 1 while finite neighbours last, then TopK 2 at the same
+    slot: TopK 2's first n_finite slots are exactly the finite ones.
+    """
+    def c(value, dtype):
+        return t.op("Constant", [], attributes={"value": ir.tensor(np.asarray(value, dtype=dtype))})
+
+    f = np.float32
+    code = t.op("Where", [valid, t.op("Where", [isnan, c(2.0, f), t.op("Where", [isinf, c(1.0, f), c(0.0, f)])]),
+                          c(3.0, f)])
+    _, i2 = t.op_multi_out("TopK", [code, kt], attributes={"axis": 2, "largest": 0, "sorted": 1}, num_outputs=2)
+    n_fin = t.op("ReduceSum", [t.op("Cast", [fin], attributes={"to": _INT64}), c([2], np.int64)],
+                 attributes={"keepdims": 1})  # (B, M, 1)
+    j = t.op("Range", [c(0, np.int64), t.op("Squeeze", [kt, c([0], np.int64)]), c(1, np.int64)])
+    return t.op("Where", [t.op("Less", [j, n_fin]), i1, i2])
+
+
 def _search(fn, query, points, k: int, query_lengths, points_lengths, radius2=None, index_order=False):
     """The shared KNN / ball-query body: ``(dist2 (B, M, k), idx (B, M, k) int64)``."""
     d = _static_dim(fn, "query", query, 2, "(B, M, D)")
@@ -136,29 +174,18 @@ def _search(fn, query, points, k: int, query_lengths, points_lengths, radius2=No
         # The first k valid points in index order: TopK over a 0/1 code, ties to the lower index.
         code = op.Where(valid, _const(0.0, np.float32), _const(1.0, np.float32))
         _, sel = op.TopK(code, kt, axis=2, largest=0, sorted=1)
-    elif acc == _FLOAT:
-        # One TopK over a float64 key: every float32 distance is exact in float64 and below 1e300, so
-        # +inf -> 1e300, NaN -> 2e300, invalid/padding -> 3e300 give finite ascending, then +inf, NaN,
-        # invalid, ties to the lower index -- the two-TopK order below in one sort, half the work.
-        f8 = np.float64
-        key = op.Where(op.IsNaN(d2), _const(2e300, f8), op.Where(op.IsInf(d2), _const(1e300, f8), op.Cast(d2, to=_DOUBLE)))
-        _, sel = op.TopK(op.Where(valid, key, _const(3e300, f8)), kt, axis=2, largest=0, sorted=1)
-    else:  # float64 distances fill float64: no room for class codes above them, so two TopKs
+    else:
         isnan = op.IsNaN(d2)
         isinf = op.IsInf(d2)
         fin = op.And(op.Not(op.Or(isnan, isinf)), valid)
         # TopK 1: the finite valid distances, ascending, ties to the lower index.
-        _, i1 = op.TopK(op.Where(fin, d2, inf), kt, axis=2, largest=0, sorted=1)
-        # TopK 2: class code 0 finite, 1 +inf, 2 NaN, 3 invalid: the rest in class-then-index order.
-        f = np.float32
-        code = op.Where(valid, op.Where(isnan, _const(2.0, f), op.Where(isinf, _const(1.0, f), _const(0.0, f))),
-                        _const(3.0, f))
-        _, i2 = op.TopK(code, kt, axis=2, largest=0, sorted=1)
-        # Slot j takes TopK 1 while finite neighbours last, then TopK 2 at the same slot:
-        # TopK 2's first n_finite slots are exactly the finite ones.
-        n_fin = op.ReduceSum(op.Cast(fin, to=_INT64), [2], keepdims=1)  # (B, M, 1)
-        j = op.Range(_const(0, np.int64), op.Squeeze(kt, [0]), _const(1, np.int64))
-        sel = op.Where(op.Less(j, n_fin), i1, i2)
+        v1, i1 = op.TopK(op.Where(fin, d2, inf), kt, axis=2, largest=0, sorted=1)
+        # Every row with >= min(k, N) finite valid neighbours (the usual case: all of TopK 1's values finite,
+        # as only non-finite or invalid entries hold +inf): TopK 1 is the answer.  Else TopK 2 over a class
+        # code orders the rest; an If runs it only then, as it costs as much as TopK 1.
+        enough = op.Less(op.ReduceMax(v1, keepdims=0), inf)
+        sel = _if_else(enough, lambda t: t.op("Identity", [i1]),
+                       lambda t: _class_order(t, fin, valid, isnan, isinf, kt, i1), "knn_order")
     ok = op.GatherElements(valid, sel, axis=2)
     dist = op.Where(ok, op.GatherElements(d2, sel, axis=2), inf)
     idx = op.Where(ok, sel, _const(-1, np.int64))
