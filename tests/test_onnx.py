@@ -168,6 +168,9 @@ COMPOSITES = {
     # name: (fn, example inputs, new inputs, exact?)
     "group_patches": (lambda p: pcgeom.group_patches(p, 8, 5, return_index=True),
                       (_rand(2, 40, 3),), (_rand(3, 50, 3),), True),
+    # pointnet2's FPS (kernel tie order, near-origin skip) through the pcgeom_grouping::pointnet2_fps op.
+    "group_patches_pointnet2": (lambda p: pcgeom.group_patches(p, 8, 5, fps="pointnet2", return_index=True),
+                                (_rand(2, 40, 3) - 0.5,), (_rand(3, 50, 3) - 0.5,), True),
     # The Chamfer loss is a mean: its reduction order is not promised (torch's mean vs ONNX ReduceMean), so it is
     # compared to float32 rounding, as every floating result that is a sum of many terms.
     "chamfer_distance": (lambda x, y: pcgeom.chamfer_distance(x, y),
@@ -181,6 +184,10 @@ COMPOSITES = {
     "packed_knn": (lambda q, p, qo, po: pcgeom.knn(q, p, 4, query_offsets=qo, points_offsets=po),
                    (_rand(20, 3), _rand(30, 3), torch.tensor([8, 20]), torch.tensor([10, 30])),
                    (_rand(25, 3), _rand(31, 3), torch.tensor([3, 9, 25]), torch.tensor([2, 12, 31])), True),
+    # A self-search with equal offsets given as two tensors (torch_cluster's knn(x, x, k) does this): eager
+    # compares the offsets' values to pad once, which tracing must not branch on.
+    "packed_self_knn": (lambda p, o: pcgeom.knn(p, p, 4, query_offsets=o, points_offsets=o.clone()),
+                        (_rand(30, 3), torch.tensor([10, 30])), (_rand(31, 3), torch.tensor([3, 12, 31])), True),
     "packed_fps": (lambda p, o: pcgeom.farthest_point_sample(p, 4, offsets=o),
                    (_rand(30, 3), torch.tensor([10, 30])), (_rand(31, 3), torch.tensor([3, 12, 31])), True),
     "knn_graph": (lambda x: pcgeom.knn_graph(x, 3), (_rand(20, 3),), (_rand(25, 3),), True),
@@ -244,3 +251,80 @@ def test_the_registry_names_every_translation():
     assert {e.name for e in OPS if not e.onnx} == {"knn_backward", "knn_gather_backward"}  # backward-only ops
     table = pxo.translation_table()
     assert all(getattr(torch.ops.pcgeom, n).default in table for n in declared)
+    # Python custom ops (outside the pcgeom library) are declared there too, in PYTHON_OP_ONNX.
+    from pcgeom.onnx.translations import PYTHON_OP_TRANSLATIONS
+    from pcgeom.ops.registry import PYTHON_OP_ONNX
+
+    assert set(PYTHON_OP_ONNX) == set(PYTHON_OP_TRANSLATIONS) == {"pcgeom_grouping::pointnet2_fps"}
+    assert table[torch.ops.pcgeom_grouping.pointnet2_fps.default] is PYTHON_OP_TRANSLATIONS["pcgeom_grouping::pointnet2_fps"]
+
+
+def _pointnet2_cloud(g, B, N, levels):
+    """Lattice clouds (``levels`` values per axis: ties and duplicates) with points inside pointnet2's near-origin skip.
+
+    With 2 levels there are 8 distinct points, the origin ineligible: 8 samples make the kernel repeat points.
+    """
+    p = torch.randint(0, levels, (B, N, 3), generator=g) * 0.25
+    p[:, 1:3] = 0.01 * torch.rand(B, 2, 3, generator=g)  # |p|^2 <= 1e-3: skipped by the kernel
+    return p
+
+
+def test_pointnet2_ops_fps_matches_eager():
+    # The stand-in's FPS (pointnet2's kernel order and near-origin skip) is a Python custom op traced as
+    # pcgeom_grouping::pointnet2_fps; two calls in one model also check that the two Loops' names do not collide.
+    from pcgeom.compat import pointnet2_ops
+
+    def fn(x):
+        return pointnet2_ops.furthest_point_sample(x, 8), pointnet2_ops.furthest_point_sample(x[:, :12].contiguous(), 3)
+
+    run = _export(fn, torch.rand(2, 40, 3))
+    g = torch.Generator().manual_seed(5)
+    # N crosses the kernel's block sizes (powers of two, capped at 512): the priority order is rebuilt for each N.
+    for B, N in [(3, 12), (1, 17), (2, 64), (2, 513), (1, 1100)]:
+        for cloud in ("random", "lattice3", "lattice2"):
+            if cloud == "random":
+                x = torch.rand(B, N, 3, generator=g) * 2 - 1
+            else:
+                x = _pointnet2_cloud(g, B, N, int(cloud[-1]))
+            got, want = run(x), fn(x)
+            _equal(got[0], want[0], f"pointnet2 fps {B, N, cloud}")
+            _equal(got[1], want[1], f"pointnet2 fps (second loop) {B, N, cloud}")
+
+
+def test_default_optimizer_keeps_batchnorm_and_folds_shapes():
+    # export's default passes leave every result bit-identical: BatchNorm is not folded into the convolution
+    # (that rewrite, in torch's optimizer, re-rounds the weights), while exact shape arithmetic is folded.
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv1d(3, 8, 1)
+            self.bn = torch.nn.BatchNorm1d(8)
+
+        def forward(self, x):
+            idx = pcgeom.knn(x, x, 4).idx
+            f = self.bn(self.conv(x.transpose(1, 2))).transpose(1, 2)
+            return pcgeom.knn_gather(f, idx).amax(2)
+
+    torch.manual_seed(0)
+    net = Net().eval()
+    net.bn.running_mean.uniform_(-1, 1)
+    net.bn.running_var.uniform_(0.5, 2)
+    x = torch.rand(2, 20, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours, full = pxo.export(net, (x,)), pxo.export(net, (x,), optimize="torch")
+        plain = pxo.export(net, (x,), optimize=False)
+
+    def ops(p):
+        return [n.op_type for n in p.model_proto.graph.node]
+
+    assert "BatchNormalization" in ops(ours) and "BatchNormalization" not in ops(full)
+    assert len(ops(ours)) < len(ops(plain))  # the exact folds and eliminations did run
+    new = torch.rand(3, 31, 3)
+    sess = ort.InferenceSession(ours.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = ort.InferenceSession(plain.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {sess.get_inputs()[0].name: new.numpy()})[0]
+    assert np.array_equal(got, ref.run(None, {ref.get_inputs()[0].name: new.numpy()})[0])  # same graph results
+    np.testing.assert_allclose(got, net(new).detach().numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="optimize"):
+        pxo.export(net, (x,), optimize="fast")

@@ -25,7 +25,7 @@ import warnings
 
 import torch
 
-__all__ = ["OPSET", "ExportError", "export", "translation_table", "require"]
+__all__ = ["OPSET", "ExportError", "export", "optimize_preserving", "translation_table", "require"]
 
 #: The one ONNX opset every exported file uses (default domain only).
 OPSET = 18
@@ -64,20 +64,30 @@ def translation_table() -> dict:
     themselves.  Covers every op of the ``pcgeom`` torch library that a
     forward can call (``knn``, ``ball_query``, ``knn_gather``,
     ``farthest_point_sample``, ``pca_normals`` -- the last one raises
-    :class:`ExportError`: see the guide), plus ``aten.searchsorted`` (used by
+    :class:`ExportError`: see the guide), the Python custom ops the stand-ins
+    trace through (``pcgeom_grouping::pointnet2_fps``, pointnet2's FPS with its
+    kernel's tie order; ``registry.PYTHON_OP_ONNX``), plus ``aten.searchsorted`` (used by
     the packed layout; torch's exporter has no translation for it).
     """
     import importlib
 
     import pcgeom.ops  # noqa: F401  (defines torch.ops.pcgeom.*)
-    from pcgeom.ops.registry import OPS
+    import pcgeom.grouping  # noqa: F401  (defines the pcgeom_grouping Python custom ops)
+    from pcgeom.ops.registry import OPS, PYTHON_OP_ONNX
 
     tr = _translations()
     table = {}
+
+    def load(where):
+        module, function = where.split(":")
+        return getattr(importlib.import_module(module), function)
+
     for e in OPS:  # each op's translation is named in the op registry
         if e.onnx is not None:
-            module, function = e.onnx.split(":")
-            table[getattr(torch.ops.pcgeom, e.name).default] = getattr(importlib.import_module(module), function)
+            table[getattr(torch.ops.pcgeom, e.name).default] = load(e.onnx)
+    for qualname, where in PYTHON_OP_ONNX.items():  # and the Python custom ops' there too
+        namespace, name = qualname.split("::")
+        table[getattr(getattr(torch.ops, namespace), name).default] = load(where)
     for name, fn in tr.ATEN_TRANSLATIONS.items():
         packet, overload = name.split(".")
         table[getattr(getattr(torch.ops.aten, packet), overload)] = fn
@@ -155,8 +165,65 @@ def _known_trace_failure(exc: BaseException):
     return None
 
 
+# Ops that constant folding may evaluate: exact in IEEE arithmetic (correctly rounded, or pure data
+# movement / integer / comparison), so a folded value is bit-equal to what a runtime computes.  Others
+# (reductions, MatMul/Conv/Gemm, Exp/Log/Pow/Erf/Tanh...) stay in the graph: their results depend on
+# summation order or on the math library, and folding them would give the file another answer than the
+# runtime gives the same graph.
+_EXACT_FOLDABLE = frozenset({
+    "Abs", "Add", "And", "Cast", "CastLike", "Ceil", "Concat", "Constant", "ConstantOfShape", "Div", "Equal",
+    "Expand", "Flatten", "Floor", "Gather", "GatherElements", "GatherND", "Greater", "GreaterOrEqual", "Identity",
+    "IsInf", "IsNaN", "Less", "LessOrEqual", "Max", "Min", "Mod", "Mul", "Neg", "Not", "Or", "Range", "Reshape",
+    "Shape", "Size", "Slice", "Split", "Sqrt", "Squeeze", "Sub", "Tile", "Transpose", "Unsqueeze", "Where", "Xor",
+})
+
+
+def _should_fold(node):
+    return None if node.op_type in _EXACT_FOLDABLE and node.domain in ("", "ai.onnx") else False
+
+
+def optimize_preserving(model) -> None:
+    """The optimizer passes :func:`export` runs by default: each one leaves every output bit-identical.
+
+    In order, on an ``onnx_ir.Model`` in place: inline functions; fold
+    constants, only through the ops of ``_EXACT_FOLDABLE`` (shape arithmetic,
+    casts, correctly rounded elementwise ops, data movement; never a reduction,
+    a matmul/convolution or a transcendental function); remove unused nodes,
+    functions and opsets; lift constants to initializers; de-duplicate
+    initializers; common-subexpression elimination; output and name fixes.
+
+    Left out on purpose (``optimize="torch"`` runs them): onnxscript's rewrite
+    rules and fusions -- BatchNorm folded into the Conv/Gemm weights and Pad
+    into Conv (both change the rounding of every output), Min/Max into Clip,
+    Relu/Clip fusions, broadcasts into MatMul, and the attention /
+    normalisation fusions.
+
+    Example:
+        >>> import torch, pcgeom, pcgeom.onnx
+        >>> class Neighbours(torch.nn.Module):
+        ...     def forward(self, x):
+        ...         return pcgeom.knn(x, x, 2).idx
+        >>> program = pcgeom.onnx.export(Neighbours(), (torch.rand(2, 8, 3),), optimize=False)
+        >>> before = len(list(program.model.graph))
+        >>> pcgeom.onnx.optimize_preserving(program.model)
+        >>> len(list(program.model.graph)) < before
+        True
+    """
+    import onnx_ir.passes.common as common
+    from onnxscript.optimizer import fold_constants_ir
+
+    common.InlinePass()(model)
+    fold_constants_ir(model, should_fold=_should_fold)
+    for step in (common.RemoveUnusedNodesPass(), common.RemoveUnusedFunctionsPass(), common.RemoveUnusedOpsetsPass(),
+                 common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
+                 common.LiftSubgraphInitializersToMainGraphPass(), common.DeduplicateInitializersPass(),
+                 common.CommonSubexpressionEliminationPass(), common.RemoveUnusedNodesPass(),
+                 common.OutputFixPass(), common.NameFixPass()):
+        step(model)
+
+
 def export(model, args, f=None, *, kwargs=None, dynamic_shapes=None, opset_version: int = OPSET,
-           **torch_onnx_kwargs):
+           optimize=True, **torch_onnx_kwargs):
     """Exports ``model(*args)`` to standard ONNX with pcgeom's ops translated.
 
     Args:
@@ -172,6 +239,11 @@ def export(model, args, f=None, *, kwargs=None, dynamic_shapes=None, opset_versi
             static.
         opset_version: ONNX opset, :data:`OPSET` (18) by default; the
             translations use opset-18 operators.
+        optimize: ``True`` (default): only optimizer passes that keep every
+            output bit-identical (:func:`optimize_preserving` lists them);
+            ``"torch"``: torch.onnx's own optimizer, whose rewrites also fold
+            BatchNorm into convolution weights and fuse ops (smaller, and
+            answers that differ from eager in the last bits); ``False``: none.
         **torch_onnx_kwargs: passed to ``torch.onnx.export`` (``input_names``,
             ``output_names``, ``optimize``, ``external_data``, ...).  A
             ``custom_translation_table`` given here is merged over pcgeom's.
@@ -186,7 +258,7 @@ def export(model, args, f=None, *, kwargs=None, dynamic_shapes=None, opset_versi
             (``pca_normals``, a dynamic coordinate axis, ...); the message names
             the op, the argument and what to do instead.
 
-    Memory of the exported searches: brute force, ``O(B*M*(N+k))`` -- about
+    Memory of the exported searches: brute force, ``O(B*M*N)`` -- about
     20 bytes per query-point pair in float32 (1 GB at 5e7 pairs); see docs/guides/deploying-onnx.md.
     """
     require("onnx")
@@ -202,10 +274,17 @@ def export(model, args, f=None, *, kwargs=None, dynamic_shapes=None, opset_versi
         if dynamic_shapes is False:
             dynamic_shapes = None
     torch_onnx_kwargs.setdefault("verbose", False)
+    if optimize not in (True, False, "torch"):
+        raise ValueError(f'pcgeom.onnx.export: optimize must be True, False or "torch", got {optimize!r}')
+    ours = optimize is True
+    # With our passes the file is written after them, so torch.onnx must not save it first.
+    save = {k: torch_onnx_kwargs.pop(k) for k in ("external_data", "export_params", "keep_initializers_as_inputs")
+            if k in torch_onnx_kwargs} if ours else {}
     try:
         program = torch.onnx.export(
-            model, args, f, kwargs=kwargs, dynamo=True, custom_translation_table=table,
-            dynamic_shapes=dynamic_shapes, opset_version=opset_version, **torch_onnx_kwargs,
+            model, args, None if ours else f, kwargs=kwargs, dynamo=True, custom_translation_table=table,
+            dynamic_shapes=dynamic_shapes, opset_version=opset_version, optimize=optimize == "torch",
+            **torch_onnx_kwargs,
         )
     except Exception as exc:
         cause = exc
@@ -217,6 +296,12 @@ def export(model, args, f=None, *, kwargs=None, dynamic_shapes=None, opset_versi
                 raise ExportError(hint) from exc
             cause = cause.__cause__ or cause.__context__
         raise
+    if ours:
+        optimize_preserving(program.model)
+        if f is not None:
+            program.save(f, include_initializers=save.get("export_params", True),
+                         keep_initializers_as_inputs=save.get("keep_initializers_as_inputs", False),
+                         external_data=save.get("external_data", True))
     if check_static and isinstance(model, torch.nn.Module):
         _static_axes_warning(program, args + tuple((kwargs or {}).values()))
     return program

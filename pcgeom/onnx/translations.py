@@ -16,15 +16,16 @@ The rules that make pcgeom's answers exact are kept, op by op:
   inputs, float64 for float64 -- the same roundings as the kernels, so the
   distances are bit-equal;
 * order: finite distances ascending, then ``+inf``, then NaN, ties to the lower
-  index -- ONNX's TopK fixes "equal values: lower index first", and two TopKs
-  (one over the finite distances, one over a class code) give the exact order
-  without relying on how a runtime sorts NaN;
+  index -- ONNX's TopK fixes "equal values: lower index first": a TopK over
+  the finite distances, and only where some row has fewer than k finite valid
+  neighbours (an ``If``) a second TopK over a class code orders the rest;
+  neither relies on how a runtime sorts NaN;
 * ``idx = -1`` / ``dist2 = +inf`` padding, ``k > N`` allowed, ragged lengths,
   0-based int64 indices;
 * FPS is a ``Loop`` that carries the running minimum, with the reference's rule
   for chosen points, NaN and ties (first maximum of ``ArgMax``).
 
-Memory: the searches are brute force, an ``(B, M, N + k)`` distance tensor plus
+Memory: the searches are brute force, a ``(B, M, N)`` distance tensor plus
 two sort keys and a few masks of the same shape -- about 20 bytes per
 query-point pair in float32 (about 28 in float64).  Point-MAE's grouping
 (``32 * 64 * 1024`` = 2e6 pairs) needs ~40 MB; at 5e7 pairs (1 GB) it stops
@@ -34,14 +35,37 @@ kernels never allocate ``M x N``.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import onnx_ir as ir
 import onnxscript.evaluator
 from onnxscript import opset18 as op
 
+from pcgeom._pointnet2_kernel import MAX_THREADS, NEAR_ORIGIN, TEMP_INIT
 from pcgeom.onnx import ExportError
 
 OPSET = 18
+
+_LOOP_IDS = itertools.count()
+
+
+def _loop_prefix(what: str) -> str:
+    """A name prefix unique to one exported Loop.
+
+    The values of a Loop body are named explicitly; two loops in one model
+    (PointNet++ samples at every level) would otherwise define the same names
+    and the file would fail ``onnx.checker`` (names must be unique across
+    nested graphs).
+    """
+    return f"{what}{next(_LOOP_IDS)}"
+
+
+def _name_body(t, prefix: str) -> None:
+    for i, node in enumerate(t.nodes):
+        node.name = f"{prefix}_node{i}"
+        for j, out in enumerate(node.outputs):
+            out.name = f"{prefix}_v{i}_{j}"
 
 _FLOAT = ir.DataType.FLOAT
 _DOUBLE = ir.DataType.DOUBLE
@@ -91,6 +115,45 @@ def _sq_dist(q, p, d: int, acc):
     return out
 
 
+def _if_else(cond, then_fn, else_fn, what: str):
+    """An ONNX ``If`` whose branches are built on tapes by ``then_fn(tape)`` / ``else_fn(tape)`` (one int64 output each).
+
+    Like the FPS Loop, built directly in ONNX IR: the branches read outer values.
+    """
+    pre = _loop_prefix(what)
+    branches = []
+    for side, fn in (("then", then_fn), ("else", else_fn)):
+        t = ir.tape.Tape()
+        out = fn(t)
+        out.dtype = _INT64
+        _name_body(t, f"{pre}_{side}")
+        branches.append(ir.Graph([], [out], nodes=t.nodes, name=f"{pre}_{side}", opset_imports={"": OPSET}))
+    node = ir.Node("", "If", [cond], attributes=[ir.AttrGraph("then_branch", branches[0]),
+                                                 ir.AttrGraph("else_branch", branches[1])], num_outputs=1)
+    onnxscript.evaluator.default().nodes.append(node)
+    node.outputs[0].dtype = _INT64
+    return node.outputs[0]
+
+
+def _class_order(t, fin, valid, isnan, isinf, kt, i1):
+    """TopK 2 and the merge, on a tape: class code 0 finite, 1 +inf, 2 NaN, 3 invalid, then index order.
+
+    Slot j takes TopK 1 while finite neighbours last, then TopK 2 at the same
+    slot: TopK 2's first n_finite slots are exactly the finite ones.
+    """
+    def c(value, dtype):
+        return t.op("Constant", [], attributes={"value": ir.tensor(np.asarray(value, dtype=dtype))})
+
+    f = np.float32
+    code = t.op("Where", [valid, t.op("Where", [isnan, c(2.0, f), t.op("Where", [isinf, c(1.0, f), c(0.0, f)])]),
+                          c(3.0, f)])
+    _, i2 = t.op_multi_out("TopK", [code, kt], attributes={"axis": 2, "largest": 0, "sorted": 1}, num_outputs=2)
+    n_fin = t.op("ReduceSum", [t.op("Cast", [fin], attributes={"to": _INT64}), c([2], np.int64)],
+                 attributes={"keepdims": 1})  # (B, M, 1)
+    j = t.op("Range", [c(0, np.int64), t.op("Squeeze", [kt, c([0], np.int64)]), c(1, np.int64)])
+    return t.op("Where", [t.op("Less", [j, n_fin]), i1, i2])
+
+
 def _search(fn, query, points, k: int, query_lengths, points_lengths, radius2=None, index_order=False):
     """The shared KNN / ball-query body: ``(dist2 (B, M, k), idx (B, M, k) int64)``."""
     d = _static_dim(fn, "query", query, 2, "(B, M, D)")
@@ -104,34 +167,31 @@ def _search(fn, query, points, k: int, query_lengths, points_lengths, radius2=No
     if radius2 is not None:
         # radius**2 formed in double, rounded once to the accumulation dtype (the kernels' rule)
         valid = op.And(valid, op.LessOrEqual(d2, _const(radius2, npacc)))
-    # k padding columns (invalid, +inf) so that TopK always has >= k columns (k > N is allowed).
-    pad_shape = op.Concat(op.Shape(d2, start=0, end=2), _const([k], np.int64), axis=0)
-    d2 = op.Concat(d2, op.ConstantOfShape(pad_shape, value=ir.tensor(np.array([np.inf], dtype=npacc))), axis=2)
-    valid = op.Concat(valid, op.ConstantOfShape(pad_shape, value=ir.tensor(np.array([False]))), axis=2)
-    kk = _const([k], np.int64)
+    # TopK takes min(k, N) columns (k > N is allowed); the k - min(k, N) missing slots are padding, added
+    # to the (B, M, min(k, N)) results below -- padding the (B, M, N) distances instead would copy them.
+    kt = op.Min(_const([k], np.int64), _dim(d2, 2))  # (1,)
     if index_order:
         # The first k valid points in index order: TopK over a 0/1 code, ties to the lower index.
         code = op.Where(valid, _const(0.0, np.float32), _const(1.0, np.float32))
-        _, sel = op.TopK(code, kk, axis=2, largest=0, sorted=1)
+        _, sel = op.TopK(code, kt, axis=2, largest=0, sorted=1)
     else:
         isnan = op.IsNaN(d2)
         isinf = op.IsInf(d2)
         fin = op.And(op.Not(op.Or(isnan, isinf)), valid)
         # TopK 1: the finite valid distances, ascending, ties to the lower index.
-        _, i1 = op.TopK(op.Where(fin, d2, inf), kk, axis=2, largest=0, sorted=1)
-        # TopK 2: class code 0 finite, 1 +inf, 2 NaN, 3 invalid/padding: the rest in class-then-index order.
-        f = np.float32
-        code = op.Where(valid, op.Where(isnan, _const(2.0, f), op.Where(isinf, _const(1.0, f), _const(0.0, f))),
-                        _const(3.0, f))
-        _, i2 = op.TopK(code, kk, axis=2, largest=0, sorted=1)
-        # Slot j takes TopK 1 while finite neighbours last, then TopK 2 at the same slot:
-        # TopK 2's first n_finite slots are exactly the finite ones.
-        n_fin = op.ReduceSum(op.Cast(fin, to=_INT64), [2], keepdims=1)  # (B, M, 1)
-        j = op.Range(_const(0, np.int64), _const(k, np.int64), _const(1, np.int64))
-        sel = op.Where(op.Less(j, n_fin), i1, i2)
+        v1, i1 = op.TopK(op.Where(fin, d2, inf), kt, axis=2, largest=0, sorted=1)
+        # Every row with >= min(k, N) finite valid neighbours (the usual case: all of TopK 1's values finite,
+        # as only non-finite or invalid entries hold +inf): TopK 1 is the answer.  Else TopK 2 over a class
+        # code orders the rest; an If runs it only then, as it costs as much as TopK 1.
+        enough = op.Less(op.ReduceMax(v1, keepdims=0), inf)
+        sel = _if_else(enough, lambda t: t.op("Identity", [i1]),
+                       lambda t: _class_order(t, fin, valid, isnan, isinf, kt, i1), "knn_order")
     ok = op.GatherElements(valid, sel, axis=2)
     dist = op.Where(ok, op.GatherElements(d2, sel, axis=2), inf)
     idx = op.Where(ok, sel, _const(-1, np.int64))
+    pad_shape = op.Concat(op.Shape(d2, start=0, end=2), op.Sub(_const([k], np.int64), kt), axis=0)
+    dist = op.Concat(dist, op.ConstantOfShape(pad_shape, value=ir.tensor(np.array([np.inf], dtype=npacc))), axis=2)
+    idx = op.Concat(idx, op.ConstantOfShape(pad_shape, value=ir.tensor(np.array([-1], dtype=np.int64))), axis=2)
     return op.Cast(dist, to=query.dtype), idx
 
 
@@ -141,7 +201,7 @@ def knn_translation(query, points, k: int, query_lengths, points_lengths):
     Same contract as :func:`pcgeom.knn` (padded layout): ``query (B, M, D)``,
     ``points (B, N, D)`` (D static), int64 lengths ``(B,)``; returns
     ``dist2 (B, M, k)`` in the input dtype, ``idx (B, M, k)`` int64.
-    Costs O(B*M*(N+k)) memory (see the module docstring for the limit).
+    Costs O(B*M*N) memory (see the module docstring for the limit).
     """
     return _search("knn", query, points, k, query_lengths, points_lengths)
 
@@ -152,7 +212,7 @@ def ball_query_translation(query, points, radius: float, k: int, query_lengths, 
 
     Same contract as :func:`pcgeom.ball_query`; ``dist2 <= radius**2`` with
     ``radius**2`` formed in double and rounded once to the accumulation dtype.
-    Costs O(B*M*(N+k)) memory.
+    Costs O(B*M*N) memory.
     """
     acc = np.float64 if query.dtype == _DOUBLE else np.float32
     r2 = acc(float(radius) * float(radius))
@@ -202,10 +262,11 @@ def farthest_point_sample_translation(points, n_samples: int, lengths, start_ind
     def c(value, dtype):
         return t.op("Constant", [], attributes={"value": ir.tensor(np.asarray(value, dtype=dtype))})
 
-    it = ir.Value(name="fps_iter", type=ir.TensorType(_INT64), shape=ir.Shape([]))
-    cond = ir.Value(name="fps_cond", type=ir.TensorType(_BOOL), shape=ir.Shape([]))
-    mind = ir.Value(name="fps_mind", type=ir.TensorType(acc))
-    cur = ir.Value(name="fps_cur", type=ir.TensorType(_INT64))
+    pre = _loop_prefix("fps")
+    it = ir.Value(name=f"{pre}_iter", type=ir.TensorType(_INT64), shape=ir.Shape([]))
+    cond = ir.Value(name=f"{pre}_cond", type=ir.TensorType(_BOOL), shape=ir.Shape([]))
+    mind = ir.Value(name=f"{pre}_mind", type=ir.TensorType(acc))
+    cur = ir.Value(name=f"{pre}_cur", type=ir.TensorType(_INT64))
     cur2 = t.op("Unsqueeze", [cur, c([1], np.int64)])  # (B, 1)
     rec = t.op("Identity", [cur])
     mind_a = t.op("Where", [t.op("Equal", [ar_n, cur2]), c(-np.inf, npacc), mind])
@@ -221,7 +282,8 @@ def farthest_point_sample_translation(points, n_samples: int, lengths, start_ind
     key = t.op("Where", [t.op("IsNaN", [mind_b]), c(-1.0, npacc), mind_b])
     cur_b = t.op("ArgMax", [key], attributes={"axis": 1, "keepdims": 0, "select_last_index": 0})
     cond_out = t.op("Identity", [cond])
-    body = ir.Graph([it, cond, mind, cur], [cond_out, mind_b, cur_b, rec], nodes=t.nodes, name="fps_step",
+    _name_body(t, pre)
+    body = ir.Graph([it, cond, mind, cur], [cond_out, mind_b, cur_b, rec], nodes=t.nodes, name=f"{pre}_step",
                     opset_imports={"": OPSET})
 
     true = _const(True, np.bool_)
@@ -235,6 +297,96 @@ def farthest_point_sample_translation(points, n_samples: int, lengths, start_ind
     out = op.Concat(chosen, op.ConstantOfShape(fill_shape, value=ir.tensor(np.array([-1], dtype=np.int64))), axis=1)
     ar_s = op.Unsqueeze(op.Range(zero, _const(n_samples, np.int64), _const(1, np.int64)), [0])  # (1, S)
     return op.Where(op.Less(ar_s, op.Unsqueeze(lengths, [1])), out, _const(-1, np.int64))
+
+
+def _pointnet2_priority(n1):
+    """``pcgeom._pointnet2_kernel.priority(N)`` in the graph, for a runtime ``N`` (a 1-element int64 tensor).
+
+    ``bs`` = the largest power of two ``<= min(N, MAX_THREADS)``, chosen from
+    the ten candidates by comparison (no floating log2, which can round below
+    an exact power); ``key = bitrev(k mod bs) * ceil(N / bs) + k div bs`` in
+    int64 arithmetic (bit ``b`` of ``t`` is ``(t div 2**b) mod 2``, its
+    mirrored weight ``bs div 2**(b+1)``); the permutation is the ascending
+    order of the (distinct) keys: a TopK over all N of them.
+    """
+    i64 = np.int64
+    cands = _const([1 << j for j in range(MAX_THREADS.bit_length())], i64)
+    one = _const(1, i64)
+    bs = op.ReduceMax(op.Where(op.LessOrEqual(cands, n1), cands, one), keepdims=1)  # (1,)
+    k = _arange(n1)  # (N,)
+    t = op.Mod(k, bs)
+    rev = None
+    for b in range(MAX_THREADS.bit_length() - 1):
+        bit = op.Mod(op.Div(t, _const(1 << b, i64)), _const(2, i64))
+        term = op.Mul(bit, op.Div(bs, _const(1 << (b + 1), i64)))
+        rev = term if rev is None else op.Add(rev, term)
+    rounds = op.Div(op.Sub(op.Add(n1, bs), one), bs)
+    key = op.Add(op.Mul(rev, rounds), op.Div(k, bs))
+    # keys < N + bs: exact in double; TopK over doubles is supported by every runtime
+    _, perm = op.TopK(op.Cast(key, to=_DOUBLE), n1, axis=0, largest=0, sorted=1)
+    return perm
+
+
+def pointnet2_fps_translation(points, n_samples: int):
+    """``pcgeom_grouping::pointnet2_fps`` (the pointnet2_ops stand-in's FPS, PointNet++ / Point-MAE) as a ``Loop``.
+
+    Exactly :func:`pcgeom._pointnet2_kernel.fps`, the pure-torch transcription
+    of pointnet2's CUDA kernel: the points in the kernel's tie priority order
+    (:func:`_pointnet2_priority`, computed in the graph for the runtime N),
+    float32 coordinates, points with ``|p|^2 <= NEAR_ORIGIN`` starting at -1
+    (never chosen while an eligible point is left), the others at ``TEMP_INIT``;
+    each step ``d = dx*dx + dy*dy + dz*dz`` rounded after every operation,
+    ``temp = fmin(d, temp)`` (a NaN distance keeps ``temp``), then the first
+    maximum (``ArgMax(select_last_index=0)``).  Input ``(B, N, 3)``, output
+    ``(B, n_samples)`` int64 (the op's dtype; the stand-in casts to int32).
+    Memory O(B*N); time O(n_samples*B*N).
+    """
+    fn = "pointnet2_fps"
+    d = _static_dim(fn, "points", points, 2, "(B, N, 3)")
+    i64 = np.int64
+    n1 = _dim(points, 1)
+    perm = _pointnet2_priority(n1)
+    p = op.Gather(op.Cast(points, to=_FLOAT), perm, axis=1)  # (B, N, 3) in priority order
+    planes = [op.Gather(p, _const(c, i64), axis=2) for c in range(d)]  # D x (B, N)
+    mag = None
+    for plane in planes:
+        sq = op.Mul(plane, plane)
+        mag = sq if mag is None else op.Add(mag, sq)
+    eligible = op.Greater(mag, _const(NEAR_ORIGIN, np.float32))
+    temp0 = op.Where(eligible, _const(TEMP_INIT, np.float32), _const(-1.0, np.float32))
+    pos0 = op.ConstantOfShape(op.Concat(_dim(points, 0), _const([1], i64), axis=0),
+                              value=ir.tensor(np.array([0], dtype=i64)))  # (B, 1): original index 0
+    if n_samples <= 1:
+        return op.Gather(perm, pos0, axis=0)
+
+    pre = _loop_prefix("pointnet2_fps")
+    t = ir.tape.Tape()
+    it = ir.Value(name=f"{pre}_iter", type=ir.TensorType(_INT64), shape=ir.Shape([]))
+    cond = ir.Value(name=f"{pre}_cond", type=ir.TensorType(_BOOL), shape=ir.Shape([]))
+    temp = ir.Value(name=f"{pre}_temp", type=ir.TensorType(_FLOAT))
+    pos = ir.Value(name=f"{pre}_pos", type=ir.TensorType(_INT64))
+    dist = None
+    for plane in planes:
+        diff = t.op("Sub", [plane, t.op("GatherElements", [plane, pos], attributes={"axis": 1})])
+        sq = t.op("Mul", [diff, diff])
+        dist = sq if dist is None else t.op("Add", [dist, sq])
+    # fmin(d, temp) with temp never NaN: d where d < temp (False for a NaN d), else temp
+    temp_b = t.op("Where", [t.op("Less", [dist, temp]), dist, temp])
+    pos_b = t.op("ArgMax", [temp_b], attributes={"axis": 1, "keepdims": 1, "select_last_index": 0})
+    rec = t.op("Identity", [pos_b])
+    cond_out = t.op("Identity", [cond])
+    _name_body(t, pre)
+    body = ir.Graph([it, cond, temp, pos], [cond_out, temp_b, pos_b, rec], nodes=t.nodes, name=f"{pre}_step",
+                    opset_imports={"": OPSET})
+    trips = _const(n_samples - 1, i64)
+    node = ir.Node("", "Loop", [trips, _const(True, np.bool_), temp0, pos0], attributes=[ir.AttrGraph("body", body)],
+                   num_outputs=3)
+    onnxscript.evaluator.default().nodes.append(node)
+    recs = node.outputs[2]  # (n_samples - 1, B, 1)
+    recs.dtype = _INT64
+    steps = op.Transpose(op.Squeeze(recs, [2]), perm=[1, 0])  # (B, n_samples - 1)
+    positions = op.Concat(pos0, steps, axis=1)  # (B, n_samples)
+    return op.Gather(perm, positions, axis=0)
 
 
 def pca_normals_translation(points, idx):
@@ -288,4 +440,10 @@ TRANSLATIONS = {
     "knn_gather": knn_gather_translation,
     "farthest_point_sample": farthest_point_sample_translation,
     "pca_normals": pca_normals_translation,
+}
+
+#: Python custom ops (``torch.library.custom_op``, outside the ``pcgeom`` library) -> translation;
+#: the op registry's PYTHON_OP_ONNX names these.
+PYTHON_OP_TRANSLATIONS = {
+    "pcgeom_grouping::pointnet2_fps": pointnet2_fps_translation,
 }

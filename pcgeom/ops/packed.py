@@ -213,7 +213,10 @@ def _search_packed(fn, op, query, points, extra, k, query_offsets, points_offset
     # One sync for both maxima: the padded shapes must be known.
     both = torch.stack([ql.max(), pl.max()]).tolist()
     ppad, _ = _pad(points, ps, pl, both[1], masked=False)
-    self_search = query is points and (query_offsets is points_offsets or bool(torch.equal(qo, po)))
+    # Only a saving (one padded copy instead of two): while tracing (torch.compile / export) the offsets'
+    # values are unknown, so equal-but-distinct offsets pad twice rather than branch on data.
+    self_search = query is points and (query_offsets is points_offsets
+                                       or (not V.compiling() and bool(torch.equal(qo, po))))
     qpad = ppad if self_search else _pad(query, qs, ql, both[0], masked=False)[0]
     dist2, idx = op(qpad, ppad, *extra, k, ql, pl, *tail)
     b, rows = _unpad_rows(qo, query.shape[0], both[0])

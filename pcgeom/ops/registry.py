@@ -95,6 +95,14 @@ OPS: tuple[OpEntry, ...] = (
             onnx=f"{_ONNX}:pca_normals_translation"),
 )
 
+#: ONNX translations of the Python custom ops (``torch.library.custom_op``) that pcgeom defines outside
+#: the ``pcgeom`` library and that a model's forward can reach: ``"namespace::name" -> "module:function"``.
+#: pointnet2's FPS with its CUDA kernel's tie order, which the pointnet2_ops / Point-MAE / PointWeb stand-ins
+#: run while being traced.  ``pcgeom_grouping::pointgpt_order`` has none (a data-dependent Python loop).
+PYTHON_OP_ONNX: dict[str, str] = {
+    "pcgeom_grouping::pointnet2_fps": f"{_ONNX}:pointnet2_fps_translation",
+}
+
 BY_NAME: dict[str, OpEntry] = {e.name: e for e in OPS}
 SCHEMAS: dict[str, str] = {e.name: e.schema for e in OPS}
 
