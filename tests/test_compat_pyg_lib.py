@@ -171,14 +171,65 @@ def test_graclus_is_a_maximal_matching_with_min_ids():
         assert not any(u in single and v in single for u, v in edges)  # greedy matching is maximal
 
 
-def test_random_walk_is_pyg_lib_cuda_walk_on_every_device():
-    rowptr = torch.tensor([0, 2, 3, 3, 5])
-    col = torch.tensor([1, 3, 0, 0, 1])  # node 2 has no out-edges
-    seed = torch.tensor([0, 1, 2, 3, 0])
+def _pyg_lib_cpu_walk_oracle(rowptr, col, seed, L):
+    """pyg-lib 0.8's CPU walk as its C++ reads (one engine): 128-word int64 prefetches read last to first,
+    16 / 32 / 64-bit chunks low bits first, ``chunk % deg``."""
+    rp, cl = rowptr.tolist(), col.tolist()
+    st = {"words": [], "size": 0, "bits": 0}
+
+    def refill():
+        st["words"] = [w % 2**64 for w in torch.randint(-(2**63), 2**63 - 1, (128,)).tolist()]
+        st["size"], st["bits"] = 127, 64
+
+    refill()
+    out = []
+    for v in seed.tolist():
+        walk = [v]
+        for _ in range(L):
+            d = rp[v + 1] - rp[v]
+            if d:
+                need = 16 if d < 2**16 else 32
+                if st["bits"] < need:
+                    if st["size"]:
+                        st["size"], st["bits"] = st["size"] - 1, 64
+                    else:
+                        refill()
+                w = st["words"][st["size"]]
+                v = cl[rp[v] + (w & ((1 << need) - 1)) % d]
+                st["words"][st["size"]] = w >> need
+                st["bits"] -= need
+            walk.append(v)
+        out.append(walk)
+    return out
+
+
+@pytest.mark.parametrize("n_seeds,sinks", [(5, False), (300, True), (700, False), (2500, True)])
+def test_cpu_random_walk_is_pyg_lib_cpu_walk_draw_for_draw(n_seeds, sinks):
+    g = torch.Generator().manual_seed(n_seeds)
+    n = 50
+    deg = torch.randint(0 if sinks else 1, 6, (n,), generator=g)
+    rowptr = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(deg, 0)])
+    col = torch.randint(0, n, (int(deg.sum()),), generator=g)
+    seed = torch.randint(0, n, (n_seeds,), generator=g)
+    torch.manual_seed(5)
+    got = pl.sampler.random_walk(rowptr, col, seed, 7)
+    after = torch.rand(3)
+    torch.manual_seed(5)
+    assert got.tolist() == _pyg_lib_cpu_walk_oracle(rowptr, col, seed, 7)
+    assert torch.equal(torch.rand(3), after)  # the generator advanced exactly as pyg-lib advances it
+    assert pl.sampler.random_walk(rowptr.int(), col.int(), seed.int(), 2).dtype == torch.int32
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_random_walk_is_pyg_lib_cuda_walk():
+    rowptr = torch.tensor([0, 2, 3, 3, 5], device="cuda")
+    col = torch.tensor([1, 3, 0, 0, 1], device="cuda")  # node 2 has no out-edges
+    seed = torch.tensor([0, 1, 2, 3, 0], device="cuda")
     torch.manual_seed(11)
-    got = pl.sampler.random_walk(rowptr, col, seed, 6)
+    got = pl.sampler.random_walk(rowptr, col, seed, 6).cpu()
     torch.manual_seed(11)
-    u = torch.rand(6, 5)  # pyg-lib's draw: (walk_length, num_seeds), float32
+    u = torch.rand(6, 5, device="cuda").cpu()  # pyg-lib's draw: (walk_length, num_seeds), float32
+    rowptr, col = rowptr.cpu(), col.cpu()
     want = []
     for i, v in enumerate(seed.tolist()):
         walk = [v]
@@ -189,7 +240,6 @@ def test_random_walk_is_pyg_lib_cuda_walk_on_every_device():
             walk.append(v)
         want.append(walk)
     assert got.tolist() == want
-    assert pl.sampler.random_walk(rowptr.int(), col.int(), seed.int(), 2).dtype == torch.int32
 
 
 def test_random_walk_node2vec_steps_along_edges():

@@ -18,6 +18,8 @@ from torch import Tensor
 
 from pcgeom import _validation as V
 from pcgeom.compat._installed import real_package_installed
+from pcgeom.compat.pyg_lib._cpu_walk import cpu_uniform_walk
+from pcgeom.compat.torch_cluster._common import check_rowptr_col
 from pcgeom.compat.torch_cluster.graclus import graclus_op
 from pcgeom.compat.torch_cluster.grid import grid_cluster as tc_grid_cluster
 from pcgeom.compat.torch_cluster.knn import knn_offsets
@@ -190,6 +192,15 @@ def op_graclus_cluster(rowptr: Tensor, col: Tensor, weight: Optional[Tensor] = N
     return out.to(rowptr.dtype)
 
 
+def _check_walk_graph(fn: str, rowptr: Tensor, col: Tensor, seed: Tensor) -> int:
+    """The checks random_walk_op makes (CSR graph, seeds in range); returns the number of nodes."""
+    n = check_rowptr_col(fn, rowptr.to(torch.int64), col.to(torch.int64))
+    if seed.numel() and (int(seed.min()) < 0 or int(seed.max()) >= n):
+        raise ValueError(f"{fn}: start values must be in [0, {n}) (num_nodes), got "
+                         f"[{int(seed.min())}, {int(seed.max())}]")
+    return n
+
+
 def op_random_walk(rowptr: Tensor, col: Tensor, seed: Tensor, walk_length: int, p: float, q: float) -> Tensor:
     fn = "random_walk"
     rowptr = _index(fn, "rowptr", rowptr)
@@ -200,8 +211,13 @@ def op_random_walk(rowptr: Tensor, col: Tensor, seed: Tensor, walk_length: int, 
                         f"and {seed.dtype}")
     walk_length = V.check_int(fn, "walk_length", walk_length, 0)
     p, q = V.check_float(fn, "p", p), V.check_float(fn, "q", q)
-    # p == q == 1: pyg-lib's CUDA kernel's walk (torch.rand(L, S), trunc(u * deg)) on every device;
-    # otherwise node2vec's biased walk (pyg-lib 0.8 itself refuses p, q != 1).
+    if p == 1.0 and q == 1.0 and rowptr.device.type == "cpu":
+        _check_walk_graph(fn, rowptr, col, seed)
+        # pyg-lib's CPU kernel, draw for draw (see _cpu_walk).
+        return cpu_uniform_walk(rowptr.to(torch.int64), col.to(torch.int64), seed.to(torch.int64),
+                                walk_length).to(rowptr.dtype)
+    # p == q == 1 elsewhere: pyg-lib's CUDA kernel's walk (torch.rand(L, S), trunc(u * deg));
+    # otherwise node2vec's biased walk on every device (pyg-lib 0.8 itself refuses p, q != 1).
     nodes, _ = random_walk_op(rowptr.to(torch.int64), col.to(torch.int64), seed.to(torch.int64), walk_length, p, q,
                               step_major=True)
     return nodes.to(rowptr.dtype)
