@@ -29,7 +29,8 @@ def _run(code, *, env_extra=None, cwd=None):
 def test_registry_names_every_upstream_module():
     assert set(shims.SHIMS) == {"knn_cuda", "pointnet2_ops", "pointnet2_ops.pointnet2_utils",
                                 "pointnet2_ops.pointnet2_modules", "chamfer", "torch_cluster", "torch_scatter",
-                                "torch_scatter.composite", "simple_knn", "simple_knn._C", "pointops", "pointops_cuda"}
+                                "torch_scatter.composite", "simple_knn", "simple_knn._C", "pointops", "pointops_cuda",
+                                "pyg_lib", "pyg_lib.ops", "pyg_lib.sampler"}
     for target in shims.SHIMS.values():
         assert target.startswith("pcgeom.compat.")
 

@@ -41,6 +41,9 @@ SHIMS: dict[str, str] = {
     "torch_scatter.composite": "pcgeom.compat.torch_scatter.composite",
     "simple_knn": "pcgeom.compat.simple_knn",
     "simple_knn._C": "pcgeom.compat.simple_knn",
+    "pyg_lib": "pcgeom.compat.pyg_lib",
+    "pyg_lib.ops": "pcgeom.compat.pyg_lib.ops",
+    "pyg_lib.sampler": "pcgeom.compat.pyg_lib.sampler",
 }
 
 PTH_NAME = "pcgeom-shims.pth"

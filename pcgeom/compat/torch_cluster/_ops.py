@@ -4,13 +4,12 @@ Registered when :mod:`pcgeom.compat.torch_cluster` is imported, with the origina
 Python stand-ins of the other modules of this package.
 """
 
-import importlib.machinery
-import os
 from typing import List, Optional
 
 import torch
 from torch import Tensor
 
+from pcgeom.compat._installed import real_package_installed
 from pcgeom.compat.torch_cluster._common import as_2d, ptr_offsets
 from pcgeom.compat.torch_cluster.fps import fps_impl
 from pcgeom.compat.torch_cluster.graclus import graclus_op
@@ -83,25 +82,8 @@ def _has_op(name: str) -> bool:
 
 
 def _real_torch_cluster_installed() -> bool:
-    """Whether a compiled torch_cluster package is on ``sys.path``.
-
-    A real install ships its native libraries (``_version_cpu.so``, ...) beside its
-    ``__init__.py``; a folder that merely has the name (the vendored upstream tests
-    in pcgeom's own tree, a source checkout) does not, and must not stop the
-    stand-in from defining the operators.
-    """
-    spec = importlib.machinery.PathFinder.find_spec("torch_cluster")
-    if spec is None or not spec.submodule_search_locations:
-        return False
-    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
-    for folder in spec.submodule_search_locations:
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            continue
-        if any(n.startswith("_version") and n.endswith(suffixes) for n in names):
-            return True
-    return False
+    """Whether a compiled torch_cluster package is on ``sys.path`` (its ``_version_*`` libraries ship beside it)."""
+    return real_package_installed("torch_cluster", "_version")
 
 
 def register_ops() -> List[str]:

@@ -16,11 +16,13 @@ def _uniform_pick(u: Tensor, deg: Tensor) -> Tensor:
 
 
 def random_walk_op(rowptr: Tensor, col: Tensor, start: Tensor, walk_length: int, p: float,
-                    q: float) -> Tuple[Tensor, Tensor]:
+                    q: float, step_major: bool = False) -> Tuple[Tensor, Tensor]:
     """``torch_cluster::random_walk``: ``(node_seq (S, L + 1), edge_seq (S, L))`` int64.
 
     ``edge_seq`` holds positions into ``col`` (-1 where the walk stood still at
-    a node without out-edges).
+    a node without out-edges).  ``step_major=True`` reads the uniform walk's
+    draws as ``torch.rand(L, S)`` on every device (pyg-lib's CUDA kernel);
+    otherwise as torch_cluster does (``(S, L)`` on CPU, ``(L, S)`` on CUDA).
     """
     fn = "random_walk"
     n = check_rowptr_col(fn, rowptr, col)
@@ -55,7 +57,7 @@ def random_walk_op(rowptr: Tensor, col: Tensor, start: Tensor, walk_length: int,
         # The original's draws: torch.rand(S, L), read row-major on CPU and as
         # (L, S) on CUDA -- the same walks for the same seed on either device.
         u = torch.rand(S, walk_length, dtype=torch.float32, device=dev)
-        u = u.view(walk_length, S) if dev.type == "cuda" else u.t()
+        u = u.view(walk_length, S) if (dev.type == "cuda" or step_major) else u.t()
         cur = start
         for l in range(walk_length):
             cur, e = step(cur, _uniform_pick(u[l], deg_all[cur]))
