@@ -441,3 +441,121 @@ def test_torch_cluster_neighbor_sampler(degs, size, seed):
         assert ((part >= rowptr[s]) & (part < rowptr[s + 1])).all(), (part, s, rowptr)
         at += want
     assert at == len(got)
+
+
+# ---------------------------------------------------------------- torch_scatter's named functions
+
+
+def _groups_oracle(src, groups, reduce):
+    C = src.shape[1]
+    out = []
+    for rows in groups:
+        x = src[rows]
+        if len(rows) == 0:
+            out.append(np.ones(C) if reduce == "mul" else np.zeros(C))
+        elif reduce in ("sum", "add"):
+            out.append(x.sum(0))
+        elif reduce == "mul":
+            out.append(x.prod(0))
+        elif reduce == "mean":
+            out.append(x.sum(0) / len(rows))
+        elif reduce == "min":
+            out.append(x.min(0))
+        else:
+            out.append(x.max(0))
+    return np.array(out).reshape(len(groups), C)
+
+
+@fuzz(lens=st.lists(st.integers(0, 5), min_size=1, max_size=6), C=st.integers(1, 3),
+      dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.float16]), seed=st.integers(0, 2**31))
+def test_torch_scatter_named_functions(lens, C, dtype, seed):
+    """scatter_sum/add/mul/mean/min/max, segment_*_csr, segment_*_coo and gather_coo against per-group numpy sums."""
+    from pcgeom.compat import torch_scatter as ts
+
+    rng = np.random.default_rng(seed)
+    G, N = len(lens), sum(lens)
+    sorted_index = np.repeat(np.arange(G), lens)
+    src = _ints(rng, (N, C), -2, 2)
+    perm = rng.permutation(N)
+    groups_sorted = [list(range(a, a + n)) for a, n in zip(np.cumsum([0] + lens[:-1]), lens)]
+    half = dtype in (torch.float16, torch.bfloat16)
+    reduces = ["sum", "add", "min", "max"] + ([] if half else ["mean", "mul"])
+    s_t = torch.from_numpy(src).to(dtype)
+    for r in reduces:
+        want = torch.from_numpy(_groups_oracle(src, groups_sorted, r)).to(dtype).double().numpy()
+        # scatter_* on a shuffled copy: the same groups in any order
+        sc = getattr(ts, f"scatter_{r}")(s_t[torch.from_numpy(perm)], torch.from_numpy(sorted_index[perm]), dim=0, dim_size=G)
+        sc = sc[0] if isinstance(sc, tuple) else sc
+        np.testing.assert_array_equal(sc.double().numpy(), want, err_msg=f"scatter_{r}")
+        if r == "mul":
+            continue
+        indptr = torch.from_numpy(np.concatenate([[0], np.cumsum(lens)]))
+        csr = getattr(ts, f"segment_{r}_csr")(s_t, indptr)
+        csr = csr[0] if isinstance(csr, tuple) else csr
+        np.testing.assert_array_equal(csr.double().numpy(), want, err_msg=f"segment_{r}_csr")
+        coo = getattr(ts, f"segment_{r}_coo")(s_t, torch.from_numpy(sorted_index), dim_size=G)
+        coo = coo[0] if isinstance(coo, tuple) else coo
+        np.testing.assert_array_equal(coo.double().numpy(), want, err_msg=f"segment_{r}_coo")
+    g = ts.gather_coo(s_t[:G] if N >= G else torch.zeros(G, C, dtype=dtype), torch.from_numpy(sorted_index))
+    base = src[:G] if N >= G else np.zeros((G, C))
+    np.testing.assert_array_equal(g.double().numpy(), torch.from_numpy(base[sorted_index]).to(dtype).double().numpy())
+
+
+# ---------------------------------------------------------------- point_mae Group / Chamfer modules, pointops query_and_group
+
+
+@fuzz(c=clouds(n_min=1, n_max=20, d_choices=(3,), kinds=EXACT_KINDS, b_max=2), G=st.integers(1, 8), M=st.integers(1, 8),
+      fps=st.sampled_from(["pointnet2", "exact"]))
+def test_point_mae_group(c, G, M, fps):
+    from pcgeom.compat import point_mae
+
+    x = torch.from_numpy(c["x"]).to(c["dtype"])
+    N = x.shape[1]
+    try:
+        nbh, center = point_mae.Group(G, M, fps=fps)(x)
+    except ValueError as exc:
+        assert G > N or M > N, exc
+        return
+    assert G <= N and M <= N
+    acc = acc_np_dtype(c["dtype"])
+    for b in range(x.shape[0]):
+        pts = c["x"][b]
+        cidx = _pointnet2_fps_kernel(x[b].float().numpy(), G) if fps == "pointnet2" else fps_oracle_acc(pts.astype(acc), G, 0)
+        np.testing.assert_array_equal(center[b].double().numpy(), pts[cidx])
+        _, oi = knn_oracle_acc(pts[cidx].astype(acc), pts.astype(acc), M)  # KNN_CUDA's order: ties to the lower index
+        want = torch.from_numpy(pts[oi] - pts[cidx][:, None]).to(c["dtype"]).double().numpy()
+        np.testing.assert_array_equal(nbh[b].double().numpy(), want)
+
+
+@fuzz(c=clouds(n_min=1, n_max=12, d_choices=(3,), kinds=EXACT_KINDS + ["uniform"], dtypes=[torch.float32, torch.float64]),
+      M=st.integers(1, 10))
+def test_point_mae_chamfer_modules(c, M):
+    from pcgeom.compat import point_mae
+
+    x = torch.from_numpy(c["x"]).to(c["dtype"])
+    B = x.shape[0]
+    y = torch.from_numpy(np.random.default_rng(c["seed"]).integers(-3, 4, (B, M, 3)).astype(float)).to(c["dtype"])
+    d1 = np.stack([knn_oracle_acc(c["x"][b], y[b].double().numpy(), 1)[0][:, 0] for b in range(B)])
+    d2 = np.stack([knn_oracle_acc(y[b].double().numpy(), c["x"][b], 1)[0][:, 0] for b in range(B)])
+    l2 = float(point_mae.ChamferDistanceL2()(x, y))
+    l1 = float(point_mae.ChamferDistanceL1()(x, y))
+    tol = 1e-5 if c["dtype"] == torch.float32 else 1e-12
+    np.testing.assert_allclose(l2, d1.mean() + d2.mean(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(l1, (np.sqrt(d1).mean() + np.sqrt(d2).mean()) / 2, rtol=tol, atol=tol)
+
+
+@fuzz(c=packed_clouds(kinds=EXACT_KINDS, d_choices=(3,), min_len=1, n_max=8), K=st.integers(1, 4), C=st.integers(1, 3),
+      seed=st.integers(0, 2**31))
+def test_pointops_query_and_group_given_idx(c, K, C, seed):
+    """With ``idx`` given: the original's plain indexing, an ``idx = -1`` slot reading the last row."""
+    rng = np.random.default_rng(seed)
+    n = len(c["x"])
+    x = torch.from_numpy(c["x"]).to(c["dtype"])
+    feat = _ints(rng, (n, C))
+    idx = torch.from_numpy(rng.integers(-1, n, (n, K))).int()
+    off = torch.tensor(c["offsets"], dtype=torch.int32)
+    g = pointops.query_and_group(K, x, x, torch.from_numpy(feat).to(c["dtype"]), idx, off, off, with_xyz=True)
+    g = g[0] if isinstance(g, tuple) else g
+    ii = idx.long().numpy()
+    want = np.concatenate([c["x"][ii] - c["x"][:, None], feat[ii]], -1)
+    np.testing.assert_array_equal(g.double().numpy(), torch.from_numpy(want).to(c["dtype"]).double().numpy())
