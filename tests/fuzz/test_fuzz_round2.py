@@ -561,3 +561,128 @@ def test_pointops_query_and_group_given_idx(c, K, C, seed):
     ii = idx.long().numpy()
     want = np.concatenate([c["x"][ii] - c["x"][:, None], feat[ii]], -1)
     np.testing.assert_array_equal(g.double().numpy(), torch.from_numpy(want).to(c["dtype"]).double().numpy())
+
+
+# ---------------------------------------------------------------- pointops_cuda: the compiled module's entry points
+
+
+@fuzz(c=clouds(n_min=1, n_max=10, d_choices=(3,), kinds=EXACT_KINDS + ["nonfinite"], dtypes=[torch.float32], b_max=2),
+      m=st.integers(1, 5), radius=st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.5]), nsample=st.integers(1, 6),
+      nclass=st.integers(1, 3))
+def test_pointops_cuda_pointweb_searches(c, m, radius, nsample, nclass):
+    from pcgeom.compat import pointops_cuda as P
+    from tests.fuzz.strategies import make_points
+
+    xyz_np = c["x"].astype(np.float32)
+    b, n, _ = xyz_np.shape
+    new_np = make_points(c["kind"], b * m, 3, torch.float32, c["seed"] + 1).reshape(b, m, 3).astype(np.float32)
+    xyz, new_xyz = torch.from_numpy(xyz_np), torch.from_numpy(new_np)
+    rng = np.random.default_rng(c["seed"])
+    labels = torch.from_numpy(rng.integers(0, 3, (b, n, nclass)).astype(np.int32))
+    r2 = np.float32(radius) * np.float32(radius)
+    idx = torch.full((b, m, nsample), 7777, dtype=torch.int32)
+    P.ballquery_cuda(b, n, m, radius, nsample, new_xyz, xyz, idx)
+    stat = torch.full((b, m, nclass), -5, dtype=torch.int32)
+    P.labelstat_ballrange_cuda(b, n, m, radius, nclass, new_xyz, xyz, labels, stat)
+    d2n = torch.zeros(b, m, 3)
+    i3 = torch.full((b, m, 3), -9, dtype=torch.int32)
+    P.nearestneighbor_cuda(b, m, n, new_xyz, xyz, d2n, i3)
+    dist_idx = torch.full((b, m), 99, dtype=torch.int32)
+    P.featuredistribute_cuda(b, n, m, xyz, new_xyz, dist_idx)
+    for bb in range(b):
+        for i in range(m):
+            d2 = sq_dist_acc(xyz_np[bb], new_np[bb, i])
+            with np.errstate(invalid="ignore"):
+                hits = np.flatnonzero(d2 < r2)
+            want = np.full(nsample, 7777) if len(hits) == 0 else np.concatenate(
+                [hits[:nsample], np.full(max(0, nsample - len(hits)), hits[0])])
+            np.testing.assert_array_equal(idx[bb, i].numpy(), want)
+            np.testing.assert_array_equal(stat[bb, i].numpy(), labels[bb].numpy()[hits].sum(0))
+            # 3 nearest among the non-NaN distances, ascending, ties to the lower index; unused: inf / 0
+            cand = np.flatnonzero(~np.isnan(d2))
+            cand = cand[np.lexsort((cand, d2[cand]))][:3]
+            np.testing.assert_array_equal(i3[bb, i].numpy(), np.concatenate([cand, np.zeros(3 - len(cand), int)]))
+            np.testing.assert_array_equal(d2n[bb, i].numpy(), np.concatenate([d2[cand], np.full(3 - len(cand), np.inf)]))
+            with np.errstate(invalid="ignore"):
+                ok = np.flatnonzero(d2 < 100000)
+            near = -1 if len(ok) == 0 else int(ok[np.flatnonzero(d2[ok] == d2[ok].min())[0]])
+            assert int(dist_idx[bb, i]) == near, (dist_idx[bb, i], near, d2)
+    lab_idx = torch.from_numpy(rng.integers(0, n, (b, m, nsample)).astype(np.int32))
+    out = torch.full((b, m, nclass), -5, dtype=torch.int32)
+    P.labelstat_idx_cuda(b, n, m, nsample, nclass, labels, lab_idx, out)
+    want = np.stack([labels[bb].numpy()[lab_idx[bb].numpy()].sum(1) for bb in range(b)])
+    np.testing.assert_array_equal(out.numpy(), want)
+
+
+@fuzz(b=st.integers(1, 2), n=st.integers(1, 6), m=st.integers(1, 6), c=st.integers(1, 3), nsample=st.integers(1, 4),
+      w_c=st.integers(1, 3), dtype=st.sampled_from([torch.float32, torch.float64]), seed=st.integers(0, 2**31))
+def test_pointops_cuda_gathers_and_their_gradients(b, n, m, c, nsample, w_c, dtype, seed):
+    """Forward outputs start at zero; backward ones start at a random base, which they must add to."""
+    from pcgeom.compat import pointops_cuda as P
+
+    rng = np.random.default_rng(seed)
+    T = lambda a: torch.tensor(a, dtype=dtype)  # a copy: the backward kernels add into their output in place  # noqa: E731
+    I = lambda a: torch.from_numpy(np.ascontiguousarray(a)).int()  # noqa: E731
+    # gathering (b, c, n) at idx (b, m)
+    pts, idx = _ints(rng, (b, c, n)), rng.integers(0, n, (b, m))
+    out = torch.zeros(b, c, m, dtype=dtype)
+    P.gathering_forward_cuda(b, c, n, m, T(pts), I(idx), out)
+    np.testing.assert_array_equal(out.double().numpy(), np.take_along_axis(pts, idx[:, None, :].repeat(c, 1), 2))
+    go, base = _ints(rng, (b, c, m)), _ints(rng, (b, c, n))
+    gp = T(base)
+    P.gathering_backward_cuda(b, c, n, m, T(go), I(idx), gp)
+    want = base.copy()
+    for bb in range(b):
+        for j in range(m):
+            want[bb, :, idx[bb, j]] += go[bb, :, j]
+    np.testing.assert_array_equal(gp.double().numpy(), want)
+    # featuregather: the same read through distribute_idx
+    out = torch.zeros(b, c, m, dtype=dtype)
+    P.featuregather_forward_cuda(b, n, m, c, T(pts), I(idx), out)
+    np.testing.assert_array_equal(out.double().numpy(), np.take_along_axis(pts, idx[:, None, :].repeat(c, 1), 2))
+    gp = T(base)
+    P.featuregather_backward_cuda(b, n, m, c, T(go), I(idx), gp)
+    np.testing.assert_array_equal(gp.double().numpy(), want)
+    # integer grouping (b, c, n) at (b, m, nsample)
+    gidx = rng.integers(0, n, (b, m, nsample))
+    ipts = rng.integers(-9, 10, (b, c, n))
+    iout = torch.zeros(b, c, m, nsample, dtype=torch.int64)
+    P.grouping_int_forward_cuda(b, c, n, m, nsample, torch.from_numpy(ipts), I(gidx), iout)
+    np.testing.assert_array_equal(iout.numpy(), np.stack([ipts[bb][:, gidx[bb]] for bb in range(b)]))
+    # POSTECH packed forms: subtraction, aggregation, grouping, interpolation (n rows, nsample neighbours)
+    a1, a2, sidx = _ints(rng, (n, c)), _ints(rng, (n, c)), rng.integers(0, n, (n, nsample))
+    sub = torch.zeros(n, nsample, c, dtype=dtype)
+    P.subtraction_forward_cuda(n, nsample, c, T(a1), T(a2), I(sidx), sub)
+    np.testing.assert_array_equal(sub.double().numpy(), a1[:, None] - a2[sidx])
+    gout, b1, b2 = _ints(rng, (n, nsample, c)), _ints(rng, (n, c)), _ints(rng, (n, c))
+    g1, g2 = T(b1), T(b2)
+    P.subtraction_backward_cuda(n, nsample, c, I(sidx), T(gout), g1, g2)
+    w1, w2 = b1 + gout.sum(1), b2.copy()
+    np.subtract.at(w2, sidx.reshape(-1), gout.reshape(-1, c))
+    np.testing.assert_array_equal(g1.double().numpy(), w1)
+    np.testing.assert_array_equal(g2.double().numpy(), w2)
+    pos, wt = _ints(rng, (n, nsample, c)), _ints(rng, (n, nsample, w_c))
+    agg = torch.zeros(n, c, dtype=dtype)
+    P.aggregation_forward_cuda(n, nsample, c, w_c, T(a1), T(pos), T(wt), I(sidx), agg)
+    np.testing.assert_array_equal(agg.double().numpy(), _aggregation_oracle(a1, sidx, wt, pos))
+    g_out = _ints(rng, (n, c))
+    gi_base, gw_base = _ints(rng, (n, c)), _ints(rng, (n, nsample, w_c))
+    gi, gw, gpos = T(gi_base), T(gw_base), torch.full((n, nsample, c), 1234.0, dtype=dtype)
+    P.aggregation_backward_cuda(n, nsample, c, w_c, T(a1), T(pos), T(wt), I(sidx), T(g_out), gi, gpos, gw)
+    wi, ww, wp = gi_base.copy(), gw_base.copy(), np.zeros((n, nsample, c))
+    for i in range(n):
+        for j in range(nsample):
+            for cc in range(c):
+                wi[sidx[i, j], cc] += g_out[i, cc] * wt[i, j, cc % w_c]
+                ww[i, j, cc % w_c] += g_out[i, cc] * (a1[sidx[i, j], cc] + pos[i, j, cc])
+                wp[i, j, cc] = g_out[i, cc] * wt[i, j, cc % w_c]
+    np.testing.assert_array_equal(gi.double().numpy(), wi)
+    np.testing.assert_array_equal(gw.double().numpy(), ww)
+    np.testing.assert_array_equal(gpos.double().numpy(), wp)
+    grp = torch.zeros(n, nsample, c, dtype=dtype)
+    P.grouping_forward_cuda(n, nsample, c, T(a1), I(sidx), grp)
+    np.testing.assert_array_equal(grp.double().numpy(), a1[sidx])
+    iw = _ints(rng, (n, nsample))
+    interp = torch.zeros(n, c, dtype=dtype)
+    P.interpolation_forward_cuda(n, c, nsample, T(a1), I(sidx), T(iw), interp)
+    np.testing.assert_array_equal(interp.double().numpy(), (iw[..., None] * a1[sidx]).sum(1))
