@@ -131,6 +131,23 @@ def test_chamfer_ext():
     assert torch.allclose(ga, x.grad, atol=1e-6) and torch.allclose(gb, y.grad, atol=1e-6)
 
 
+@pytest.mark.parametrize("change,exc,match", [
+    (dict(idx1=torch.tensor([[0, 2]], dtype=torch.int32)), ValueError, r"idx1 must hold indices in \[0, 2\) of the other cloud, got 2"),
+    (dict(idx2=torch.tensor([[0, -1]])), ValueError, r"idx2 must hold indices in \[0, 2\) of the other cloud, got -1"),
+    (dict(idx1=torch.tensor([[0.0, 1.0]])), TypeError, r"idx1 must be an int32/int64 tensor"),
+    (dict(grad_dist1=torch.ones(1, 3)), ValueError, r"grad_dist1 must have shape \(1, 2\)"),
+    (dict(grad_dist2=torch.ones(1, 2, dtype=torch.int64)), TypeError, r"grad_dist2 must be a floating tensor"),
+])
+def test_chamfer_ext_backward_refuses_bad_indices_and_gradients_by_name(change, exc, match):
+    """Out-of-range indices were an unnamed gather RuntimeError on CPU (and an out-of-bounds read on CUDA)."""
+    a, b = torch.tensor([[[0.0, 0, 0], [2, 0, 0]]]), torch.tensor([[[0.0, 1, 0], [5, 0, 0]]])
+    args = dict(idx1=torch.tensor([[0, 0]], dtype=torch.int32), idx2=torch.tensor([[0, 1]], dtype=torch.int32),
+                grad_dist1=torch.ones(1, 2), grad_dist2=torch.ones(1, 2))
+    args.update(change)
+    with pytest.raises(exc, match="chamfer.backward: " + match):
+        chamfer_ext.backward(a, b, args["idx1"], args["idx2"], args["grad_dist1"], args["grad_dist2"])
+
+
 @pytest.mark.parametrize(
     "call,exc,match",
     [

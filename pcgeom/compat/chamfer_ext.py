@@ -119,6 +119,20 @@ def backward(xyz1, xyz2, idx1, idx2, grad_dist1, grad_dist2):
         V.check_tensor(fn, name, t, 2, f"(B, {'N' if n == N else 'M'})")
         if t.shape != (B, n):
             raise ValueError(f"{fn}: {name} must have shape ({B}, {n}), got {V.shape_str(t)}")
+        if t.dtype not in (torch.int32, torch.int64) or t.device != xyz1.device:
+            raise TypeError(f"{fn}: {name} must be an int32/int64 tensor on {xyz1.device}, got {t.dtype} on {t.device}")
+    for name, t, n in (("idx1", idx1, M), ("idx2", idx2, N)):
+        # gather would raise an unnamed RuntimeError on CPU and read out of bounds on CUDA
+        if t.numel() and t.device.type != "meta" and not V.compiling():
+            lo, hi = int(t.min()), int(t.max())
+            if lo < 0 or hi >= n:
+                raise ValueError(f"{fn}: {name} must hold indices in [0, {n}) of the other cloud, got {lo if lo < 0 else hi}")
+    for name, t, n in (("grad_dist1", grad_dist1, N), ("grad_dist2", grad_dist2, M)):
+        V.check_tensor(fn, name, t, 2, f"(B, {'N' if n == N else 'M'})")
+        if t.shape != (B, n):
+            raise ValueError(f"{fn}: {name} must have shape ({B}, {n}), got {V.shape_str(t)}")
+        if not t.is_floating_point() or t.device != xyz1.device:
+            raise TypeError(f"{fn}: {name} must be a floating tensor on {xyz1.device}, got {t.dtype} on {t.device}")
     with torch.no_grad():
         g1a, g1b = _grad(xyz1, xyz2, idx1, grad_dist1.to(xyz1.dtype))
         g2b, g2a = _grad(xyz2, xyz1, idx2, grad_dist2.to(xyz1.dtype))
