@@ -467,3 +467,26 @@ def test_neighbor_sample_hands_the_call_to_torch_sparse(monkeypatch):
                                          False)
     assert out == ({"a__to__a": "row"}, {"a__to__a": "col"}, {"a": "node"}, {"a__to__a": "edge"})
     assert calls["hetero"] == (["a"], [("a", "to", "a")], {"a__to__a": [3, 2, 1]}, 3, True, False)
+
+
+@pytest.mark.slow
+def test_pyg_2_8_probe_through_the_stand_in():
+    target = os.path.join(sys.prefix, "pcgeom-test-pyg", "2.8.1")  # installed once by tests/test_pyg.py
+    if not os.path.isdir(os.path.join(target, "torch_geometric")):
+        pytest.skip("PyG 2.8.1 is not installed for the tests (tests/test_pyg.py installs it)")
+    code = textwrap.dedent("""
+        import warnings, torch, pcgeom.compat
+        pcgeom.compat.enable_shims()
+        import torch_geometric.typing as t
+        assert t.WITH_PYG_LIB and t.WITH_KNN and t.WITH_RADIUS and t.WITH_FPS and t.WITH_NEAREST
+        assert t.WITH_GRID_CLUSTER and t.WITH_GRACLUS and t.WITH_EDGE_TIME_NEIGHBOR_SAMPLE
+        assert not (t.WITH_SOFTMAX or t.WITH_INDEX_SORT or t.WITH_METIS or t.WITH_SEGMM or t.WITH_GMM
+                    or t.WITH_SPLINE or t.WITH_SAMPLED_OP or t.WITH_CPU_HASH_MAP)
+        from torch_geometric.nn import knn_graph
+        x = torch.tensor([[0.0], [1.0], [3.0]])
+        print(knn_graph(x, 1).tolist())
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([target, os.getcwd()]))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "[[1, 0, 1], [0, 1, 2]]"
