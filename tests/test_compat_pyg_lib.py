@@ -402,3 +402,91 @@ def test_a_real_pyg_lib_wins_over_the_stand_in(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.getcwd()]))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_cpu_random_walk_with_a_hub_of_degree_2_16_uses_wider_chunks():
+    # node 0 has 70000 out-edges (32-bit chunks), the others 1-3 (16-bit): the kernel's loop, mixed widths
+    hub = torch.arange(70000) % 5 + 1
+    rowptr = torch.tensor([0, 70000, 70001, 70003, 70004, 70006, 70006])
+    col = torch.cat([hub, torch.tensor([0, 0, 4, 2, 0, 5])])
+    seed = torch.tensor([0, 1, 2, 3, 4, 5, 0, 3])
+    torch.manual_seed(2)
+    got = pl.sampler.random_walk(rowptr, col, seed, 9)
+    after = torch.rand(2)
+    torch.manual_seed(2)
+    assert got.tolist() == _pyg_lib_cpu_walk_oracle(rowptr, col, seed, 9)
+    assert torch.equal(torch.rand(2), after)
+
+
+@pytest.mark.parametrize("n,sinks", [(30, 10), (400, 1), (400, 0)])
+def test_cpu_random_walk_across_correction_windows(n, sinks):
+    # many nodes without out-edges (walked one by one) or few (speculative passes, thousands of seeds each)
+    g = torch.Generator().manual_seed(9)
+    deg = torch.randint(1, 3, (n,), generator=g)
+    deg[torch.randperm(n, generator=g)[:sinks]] = 0
+    rowptr = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(deg, 0)])
+    col = torch.randint(0, n, (int(deg.sum()),), generator=g)
+    seed = torch.randint(0, n, (9000,), generator=g)
+    torch.manual_seed(1)
+    got = pl.sampler.random_walk(rowptr, col, seed, 3)
+    torch.manual_seed(1)
+    assert got.tolist() == _pyg_lib_cpu_walk_oracle(rowptr, col, seed, 3)
+
+
+def test_neighbor_sample_hands_the_call_to_torch_sparse(monkeypatch):
+    import types
+
+    calls = {}
+
+    def homo(colptr, row, seed, num_neighbors, replace, directed):
+        calls["homo"] = (colptr, row, seed, num_neighbors, replace, directed)
+        return "node", "row", "col", "edge"
+
+    def hetero(node_types, edge_types, colptr, row, seed, num_neighbors, num_hops, replace, directed):
+        calls["hetero"] = (node_types, edge_types, num_neighbors, num_hops, replace, directed)
+        return {"a": "node"}, {"a__to__a": "row"}, {"a__to__a": "col"}, {"a__to__a": "edge"}
+
+    monkeypatch.setitem(sys.modules, "torch_sparse", types.ModuleType("torch_sparse"))
+    monkeypatch.setattr(torch.ops, "torch_sparse", types.SimpleNamespace(neighbor_sample=homo,
+                                                                         hetero_neighbor_sample=hetero),
+                        raising=False)
+    rowptr, col, seed = torch.tensor([0, 1, 2]), torch.tensor([1, 0]), torch.tensor([0], dtype=torch.int32)
+    # PyG's positional call (csc=True, replace, directed, disjoint, temporal_strategy, return_edge_id)
+    out = _ops.op_neighbor_sample(rowptr, col, seed, [2, 1], None, None, None, None, True, False, True, False,
+                                  "uniform", True)
+    assert out == ("row", "col", "node", "edge")  # pyg-lib's order: row, col, node, edge_id
+    assert calls["homo"][3:] == ([2, 1], False, True) and calls["homo"][2].dtype == torch.int64
+    with pytest.raises(ImportError, match="disjoint"):
+        _ops.op_neighbor_sample(rowptr, col, seed, [2], disjoint=True)
+    with pytest.raises(ImportError, match="temporal"):
+        _ops.op_neighbor_sample(rowptr, col, seed, [2], node_time=torch.zeros(2))
+    with pytest.raises(ImportError, match="edge_weight"):
+        _ops.op_neighbor_sample(rowptr, col, seed, [2], edge_weight=torch.ones(2))
+    out = _ops.op_hetero_neighbor_sample(["a"], [("a", "to", "a")], {"a__to__a": rowptr}, {"a__to__a": col},
+                                         {"a": seed}, {"a__to__a": [3, 2, 1]}, None, None, None, None, True, True,
+                                         False)
+    assert out == ({"a__to__a": "row"}, {"a__to__a": "col"}, {"a": "node"}, {"a__to__a": "edge"})
+    assert calls["hetero"] == (["a"], [("a", "to", "a")], {"a__to__a": [3, 2, 1]}, 3, True, False)
+
+
+@pytest.mark.slow
+def test_pyg_2_8_probe_through_the_stand_in():
+    target = os.path.join(sys.prefix, "pcgeom-test-pyg", "2.8.1")  # installed once by tests/test_pyg.py
+    if not os.path.isdir(os.path.join(target, "torch_geometric")):
+        pytest.skip("PyG 2.8.1 is not installed for the tests (tests/test_pyg.py installs it)")
+    code = textwrap.dedent("""
+        import warnings, torch, pcgeom.compat
+        pcgeom.compat.enable_shims()
+        import torch_geometric.typing as t
+        assert t.WITH_PYG_LIB and t.WITH_KNN and t.WITH_RADIUS and t.WITH_FPS and t.WITH_NEAREST
+        assert t.WITH_GRID_CLUSTER and t.WITH_GRACLUS and t.WITH_EDGE_TIME_NEIGHBOR_SAMPLE
+        assert not (t.WITH_SOFTMAX or t.WITH_INDEX_SORT or t.WITH_METIS or t.WITH_SEGMM or t.WITH_GMM
+                    or t.WITH_SPLINE or t.WITH_SAMPLED_OP or t.WITH_CPU_HASH_MAP)
+        from torch_geometric.nn import knn_graph
+        x = torch.tensor([[0.0], [1.0], [3.0]])
+        print(knn_graph(x, 1).tolist())
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([target, os.getcwd()]))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "[[1, 0, 1], [0, 1, 2]]"

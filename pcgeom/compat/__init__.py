@@ -7,7 +7,9 @@ Each module mirrors one original's public names and semantics:
 * ``pcgeom.compat.densefusion`` -- DenseFusion's ``lib/knn`` ``KNearestNeighbor``;
 * ``pcgeom.compat.pointnet2_ops`` / ``pointnet2_modules`` -- erikwijmans'
   ``pointnet2_ops.pointnet2_utils`` / ``pointnet2_modules``;
-* ``pcgeom.compat.chamfer_ext`` -- the ``chamfer`` CUDA module of ``extensions/chamfer_dist``.
+* ``pcgeom.compat.chamfer_ext`` -- the ``chamfer`` CUDA module of ``extensions/chamfer_dist``;
+* ``pcgeom.compat.torch_cluster`` -- torch_cluster 1.6.3 (PyG 2.5 to 2.7);
+* ``pcgeom.compat.pyg_lib``     -- pyg-lib 0.8.0's point-cloud ops and ``torch.ops.pyg.*`` (PyG 2.8).
 
 To run an unmodified repository, serve them under the original module names:
 ``pcgeom compat enable`` (this Python environment, every later process) or

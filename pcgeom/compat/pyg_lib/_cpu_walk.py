@@ -18,7 +18,9 @@ The common case (every degree below 2**16, each draw 16 bits) is vectorised:
 the seeds' walks are computed step-major under the guess that each walk draws
 at every step; the first seed that reaches a node without out-edges draws
 less, so the seeds after it are walked again from the corrected stream
-position (once per such seed, in windows).  Otherwise a plain loop.
+position.  Where such walks are frequent (many nodes without out-edges), the
+next seeds are walked one by one in a plain loop instead, which is then the
+cheaper.  Degrees of 2**16 or more (mixed chunk widths): the kernel's loop.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ __all__ = ["cpu_uniform_walk"]
 
 _BLOCK = 128  # words per prefetch
 _LO, _HI = -(2**63), 2**63 - 1
-_WINDOW = 4096  # seeds re-walked per correction
+_WINDOW = 4096  # seeds walked per speculative pass
+_DENSE = 256  # a pass that finalises fewer seeds than this hands the next _LOOP_SEEDS to the plain loop
+_LOOP_SEEDS = 2048
 
 
 def _draw_words(n_blocks: int) -> Tensor:
@@ -68,9 +72,20 @@ def cpu_uniform_walk(rowptr: Tensor, col: Tensor, seed: Tensor, walk_length: int
     n_blocks = max(1, -(-max_draws // (4 * _BLOCK)))
     words = _draw_words(n_blocks)
     chunks = torch.stack([(words >> (16 * k)) & 0xFFFF for k in range(4)], 1).reshape(-1)
+    graph = None  # (rowptr, col) as Python lists, made on first need
     base = 0  # stream position of the first seed not yet final
     i0 = 0
+    dense = False  # the last speculative pass found a short walk early: walk the next seeds one by one
     while i0 < S:
+        if dense:
+            if graph is None:
+                graph = (rowptr.tolist(), col.tolist())
+            i1 = min(S, i0 + _LOOP_SEEDS)
+            rows, base = _loop_block(seed[i0:i1].tolist(), L, graph, chunks[base:base + (i1 - i0) * L].tolist(),
+                                     base)
+            out[i0:i1, 1:] = torch.tensor(rows, dtype=torch.int64).view(i1 - i0, L)
+            i0, dense = i1, False
+            continue
         i1 = min(S, i0 + _WINDOW)
         v = seed[i0:i1].clone()
         n = i1 - i0
@@ -92,9 +107,28 @@ def cpu_uniform_walk(rowptr: Tensor, col: Tensor, seed: Tensor, walk_length: int
         out[i0:i0 + last + 1, 1:] = walk[:last + 1]
         base += L * last + int(used[last])
         i0 += last + 1
+        dense = bool(short.numel()) and last < _DENSE
     torch.random.set_rng_state(state)
     _advance(max(1, -(-base // (4 * _BLOCK))))
     return out
+
+
+def _loop_block(seeds: list, L: int, graph, chunks: list, base: int):
+    """Walks ``seeds`` one by one from stream position ``base`` (``chunks`` starts there); 16-bit draws."""
+    rp, cl = graph
+    t = 0
+    rows = []
+    for v in seeds:
+        for j in range(L):
+            lo = rp[v]
+            d = rp[v + 1] - lo
+            if not d:  # no out-edges: the walk stays here and never draws again
+                rows.extend([v] * (L - j))
+                break
+            v = cl[lo + chunks[t] % d]
+            t += 1
+            rows.append(v)
+    return rows, base + t
 
 
 def _loop_walk(rowptr: Tensor, col: Tensor, seed: Tensor, L: int, out: Tensor) -> Tensor:

@@ -35,7 +35,10 @@ def neighbor_sample(rowptr: Tensor, col: Tensor, seed: Tensor, num_neighbors: Li
         col: int64 ``(E,)`` neighbours.
         seed: ``(S,)`` seed nodes.
         num_neighbors: neighbours per hop (-1: all).
-        node_time, edge_time, seed_time, edge_weight: need the real pyg-lib (ImportError).
+        node_time: temporal sampling: needs the real pyg-lib (ImportError).
+        edge_time: likewise.
+        seed_time: likewise.
+        edge_weight: weighted sampling: needs the real pyg-lib (ImportError).
         csc: the graph is given as ``(colptr, row)``.
         replace: sample with replacement.
         directed: keep only the sampled edges (else the induced subgraph).
@@ -74,10 +77,20 @@ def hetero_neighbor_sample(rowptr_dict: Dict[EdgeType, Tensor], col_dict: Dict[E
     """Heterogeneous multi-hop neighbour sampling, by torch_sparse (see :func:`neighbor_sample`).
 
     Args:
-        rowptr_dict / col_dict: per edge type ``(src, rel, dst)`` the CSR graph.
+        rowptr_dict: per edge type ``(src, rel, dst)`` the CSR pointer.
+        col_dict: per edge type the neighbours.
         seed_dict: per node type the seed nodes.
         num_neighbors_dict: per edge type the neighbours per hop.
-        The other arguments as in :func:`neighbor_sample`.
+        node_time_dict: needs the real pyg-lib (ImportError).
+        edge_time_dict: needs the real pyg-lib (ImportError).
+        seed_time_dict: needs the real pyg-lib (ImportError).
+        edge_weight_dict: needs the real pyg-lib (ImportError).
+        csc: as in :func:`neighbor_sample`.
+        replace: as in :func:`neighbor_sample`.
+        directed: as in :func:`neighbor_sample`.
+        disjoint: needs the real pyg-lib (ImportError).
+        temporal_strategy: ignored.
+        return_edge_id: as in :func:`neighbor_sample`.
 
     Returns:
         ``(row_dict, col_dict, node_dict, edge_id_dict)`` keyed by edge / node type.
