@@ -139,6 +139,14 @@ def test_pointnet2_feature_propagation(c, n, C1, C2, known_none, bn, seed):
     spec = [C1 + C2, int(rng.integers(1, 4)), int(rng.integers(1, 4))]
     fp = pointnet2_modules.PointnetFPModule(mlp=spec, bn=bn)
     _check_mlp_layout(fp.mlp, spec, bn)
+    # build_shared_mlp on its own: the original's layout, and the hand-written MLP on a random (B, C, n, k) input
+    shared = pointnet2_modules.build_shared_mlp(spec, bn=bn)
+    _check_mlp_layout(shared, spec, bn)
+    shared = shared.double().eval()
+    probe = rng.normal(size=(B, spec[0], n, 2))
+    with torch.no_grad():
+        got = shared(torch.from_numpy(probe)).numpy()
+    np.testing.assert_allclose(got, np.stack([_mlp_oracle(shared, probe[b]) for b in range(B)]), rtol=1e-10, atol=1e-12)
     fp = fp.double().eval()
     with torch.no_grad():
         out = fp(torch.from_numpy(unknown), None if known_none else torch.from_numpy(known),
