@@ -14,7 +14,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,8 @@ import torch
 
 import pcgeom
 import pcgeom.data
+
+ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.ops  # run on the native and on the pure-torch path
 
@@ -189,21 +190,28 @@ def _check_complete_or_absent(out: Path):
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_group_interrupted_leaves_no_half_written_output_and_a_rerun_completes(tmp_path, sig):
+    from tests._pause_hook import pause_env, wait_for
+
     src = tmp_path / "in"
     src.mkdir()
-    n = 60  # enough files that the signal lands mid-run on any machine (12 once all finished before it)
+    n = 6
     for i in range(n):
         shutil.copy(pcgeom.data.path("bunny"), src / f"s{i:02d}.ply")
     out = tmp_path / "out"
-    proc = subprocess.Popen(_group_cmd(src, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while time.time() < deadline and not list(out.glob("*_patches.pt")):
-        time.sleep(0.01)
-    proc.send_signal(sig)
-    proc.communicate(timeout=120)
+    # The run pauses after its second file (test hook); the signal then lands mid-run on any machine.
+    env, paused = pause_env(tmp_path, ROOT, after=2)
+    proc = subprocess.Popen(_group_cmd(src, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_for(paused, proc)
+        proc.send_signal(sig)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode != 0
     visible = [p for p in _outputs(out) if not p.startswith(".")]
-    assert len(visible) < 2 * n  # interrupted before the end
+    assert visible == [f"s{i:02d}_patches.{e}" for i in range(2) for e in ("ply", "pt")]  # the two finished files
     _check_complete_or_absent(out)
     rerun = subprocess.run(_group_cmd(src, out) + ["--resume"], capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]

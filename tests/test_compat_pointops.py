@@ -1,5 +1,6 @@
 """pcgeom.compat.pointops / pointops_cuda against float64 transcriptions of the original kernels."""
 
+import math
 import os
 import sys
 
@@ -313,3 +314,30 @@ def test_fps_size_error_names_new_offset():
 
     with pytest.raises(RuntimeError, match=r"^farthest_point_sampling: new_offset=.*1099511627776.*8\.0 TiB"):
         po.farthest_point_sampling(torch.rand(10, 3), torch.tensor([10], dtype=torch.int32), torch.tensor([2**40]))
+
+
+def test_distances_are_rounded_once_to_the_output_dtype():
+    # Issue #30 fuzz find: bfloat16 ball_query took the root of the bfloat16-rounded squared distance
+    # (18.1875 -> 18.25 -> 4.28125); the root of 18.1875 is 4.2647..., which rounds to 4.25.
+    xyz = torch.tensor([[3.0, 1.0, 1.75], [0.25, -2.25, 1.5]], dtype=torch.bfloat16)
+    off = torch.tensor([2], dtype=torch.int32)
+    assert P.ball_query(2, 100.0, 0.0, xyz, off)[1][0].tolist() == [0.0, 4.25]
+    assert P.random_ball_query(2, 100.0, 0.0, xyz, off)[1][0].sort().values.tolist() == [0.0, 4.25]
+    assert P.knn_query(2, xyz, off)[1][0].tolist() == [0.0, 4.25]
+    from pcgeom.compat import pointnet2_ops
+    assert pointnet2_ops.three_nn(xyz[None, :1], xyz[None])[0][0, 0].tolist() == [0.0, 4.25, float("inf")]
+    # the shell test and the order use the float32 squared distance: 18.1875 < 4.2656**2 = 18.196,
+    # though its bfloat16 rounding 18.25 is not
+    idx, _ = P.ball_query(2, 4.265625, 0.0, xyz, off)
+    assert idx[0].tolist() == [0, 1]
+    # float64: torch's CPU sqrt(2.0) is one ulp low; the answer is the correctly rounded root
+    x64 = torch.tensor([[0.0, 0, 0], [1, -1, 0]], dtype=torch.float64)
+    assert P.ball_query(2, 2.0, 0.0, x64, off)[1][0, 1].item() == math.sqrt(2.0)
+    assert P.knn_query(2, x64, off)[1][0, 1].item() == math.sqrt(2.0)
+
+
+def test_round_once_decides_float32_midpoints_by_the_float64_value():
+    from pcgeom.compat.pointops._common import round_once
+    y = torch.tensor([1 + 2**-8 + 2**-40, 1 + 2**-8 - 2**-40, 1 + 2**-8, 65519.999, 65520.0], dtype=torch.float64)
+    assert round_once(y[:3], torch.bfloat16).tolist() == [1 + 2**-7, 1.0, 1.0]  # torch's cast gives 1.0 for all three
+    assert round_once(y[3:], torch.float16).tolist() == [65504.0, float("inf")]

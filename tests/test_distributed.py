@@ -490,15 +490,16 @@ def test_group_under_torchrun_killed_rank_then_rerun(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     if Path("/sys/class/net/lo").exists():
         env["GLOO_SOCKET_IFNAME"] = "lo"  # loopback only
-    # Rank 1 processes sorted positions 1, 3, 5, ...: f01, f03_bad, f04, f06, ...
-    rank1_first = out / "f01_patches.pt"
-    run = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    # Rank 1 processes sorted positions 1, 3, 5, ...: f01, f03_bad, f04, f06, ...  A test hook pauses it after
+    # its first file, so the kill lands mid-run by construction (watching for f01's output raced rank 1).
+    from tests._pause_hook import pause_env, wait_for
+
+    pause, paused = pause_env(tmp_path, ROOT, after=1, rank=1)
+    run = subprocess.Popen(cmd, env={**pause, **{k: v for k, v in env.items() if k != "PYTHONPATH"}},
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
     try:
-        deadline = time.monotonic() + 120
-        while not rank1_first.exists():
-            assert run.poll() is None, run.communicate()
-            assert time.monotonic() < deadline, "rank 1 wrote nothing in 120 s"
-            time.sleep(0.005)
+        wait_for(paused, run)
+        assert (out / "f01_patches.pt").exists()
         pid = _rank_pid(run.pid, 1)
         assert pid is not None
         os.kill(pid, signal.SIGKILL)  # mid-run: rank 1 has 9 more files to go
@@ -517,8 +518,8 @@ def test_group_under_torchrun_killed_rank_then_rerun(tmp_path):
             assert all(torch.equal(value[key], ref[name][key]) for key in ref[name])
         else:
             assert value == ref[name], name
-    # What a kill during a write leaves: a private folder (here made by hand, in case the kill
-    # landed between files), which the rerun must clean up.
+    # What a kill during a write leaves: a private folder (made by hand: the kill above lands between
+    # files), which the rerun must clean up.
     stale = out / ".f05_patches.pcgeom-partial"
     stale.mkdir(exist_ok=True)
     (stale / "f05_patches.ply").write_bytes(b"ply\nformat binary_little_endian 1.0\n")

@@ -294,10 +294,10 @@ def test_a_tiny_file_declaring_10_12_rows_fails_fast(tmp_path, fmt, extra, first
 
     data = _hostile(fmt, extra, first, ring)
     assert len(data) < 250
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: a loaded machine must not fail a fast refusal
     match = r"1000000000000 blank.* needs at least" if fmt != "ascii" else "declares 1000000000001 data lines"
     _bad(tmp_path, data, match)
-    assert time.perf_counter() - t0 < 1.0
+    assert time.process_time() - t0 < 1.0
 
 
 def test_rows_without_properties_cost_a_byte(tmp_path):

@@ -55,6 +55,7 @@ from pcgeom._pointnet2_kernel import NEAR_ORIGIN, priority, strict_radius
 from pcgeom._pointnet2_kernel import fps as pointnet2_fps_unchecked
 from pcgeom.ops import ball_query as _pc_ball_query
 from pcgeom.ops import farthest_point_sample, knn
+from pcgeom.compat.pointops._common import acc_sq_dist, sqrt_once
 
 __version__ = "3.0.0"
 
@@ -287,7 +288,8 @@ def three_nn(unknown: torch.Tensor, known: torch.Tensor):
     """The 3 nearest ``known`` points of each ``unknown`` point.
 
     ``dist`` is Euclidean (the original returns ``sqrt`` of the kernel's
-    squared distances).  With fewer than 3 known points the unused slots hold
+    squared distances): the exact root of the float32 (float64) squared
+    distance, rounded once to the input dtype.  With fewer than 3 known points the unused slots hold
     ``dist = inf`` and ``idx = 0``.
 
     Args:
@@ -316,7 +318,13 @@ def three_nn(unknown: torch.Tensor, known: torch.Tensor):
     V.check_pair(fn, "unknown", unknown, "known", known)
     with torch.no_grad():
         dist2, idx = knn(unknown.detach(), known.detach(), 3)
-        return dist2.sqrt(), idx.clamp_min(0).to(torch.int32)
+        if unknown.dtype in (torch.float16, torch.bfloat16):
+            # knn rounds dist2 to half precision; the root of that would be rounded twice
+            B, n, k = idx.shape
+            flat = (idx.clamp_min(0) + torch.arange(B, device=idx.device)[:, None, None] * known.shape[1]).reshape(B * n, k)
+            d2 = acc_sq_dist(unknown.detach().reshape(B * n, 3), known.detach().reshape(-1, 3), flat).reshape(B, n, k)
+            dist2 = torch.where(idx >= 0, d2, float("inf"))
+        return sqrt_once(dist2, unknown.dtype), idx.clamp_min(0).to(torch.int32)
 
 
 def three_interpolate(features: torch.Tensor, idx: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -165,3 +165,30 @@ def lengths_tensor(lengths) -> torch.Tensor:
 def named_error(exc: BaseException, *names: str) -> bool:
     """A documented refusal: a ValueError/TypeError whose message names the function or an argument."""
     return isinstance(exc, (ValueError, TypeError)) and any(n in str(exc) for n in names)
+
+
+# (significand bits, smallest normal exponent, largest finite) of each floating dtype
+_GRID = {torch.float16: (11, -14, 65504.0), torch.bfloat16: (8, -126, float(torch.finfo(torch.bfloat16).max)),
+         torch.float32: (24, -126, float(np.finfo(np.float32).max)), torch.float64: (53, -1022, float(np.finfo(np.float64).max))}
+
+
+def round_to_dtype(y: np.ndarray, dtype: torch.dtype) -> np.ndarray:
+    """float64 ``y`` rounded once, to nearest with ties to even, onto ``dtype``'s grid (float64 values).
+
+    Written with frexp/ldexp, not torch's casts: torch takes float64 to float16/bfloat16 through
+    float32, which rounds twice on a float32 midpoint of the half-precision grid."""
+    y = np.asarray(y, dtype=np.float64)
+    if dtype == torch.float64:
+        return y
+    p, emin, big = _GRID[dtype]
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.frexp(y)[1]
+        q = np.ldexp(1.0, np.maximum(e - 1, emin) - (p - 1))  # the grid spacing at |y| (subnormals included)
+        r = np.where(np.isfinite(y), np.round(y / q) * q, y)  # np.round is half to even; y / q is exact
+        return np.where(np.isfinite(y) & (np.abs(r) > big), np.copysign(np.inf, y), r)
+
+
+def dist_oracle(d2_acc: np.ndarray, dtype: torch.dtype) -> np.ndarray:
+    """Euclidean distances from squared distances in the accumulation dtype: the float64 root rounded once to ``dtype``."""
+    with np.errstate(invalid="ignore"):
+        return round_to_dtype(np.sqrt(np.asarray(d2_acc, dtype=np.float64)), dtype)

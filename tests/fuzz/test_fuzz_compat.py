@@ -12,7 +12,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from pcgeom.compat import chamfer_ext, densefusion, knn_cuda, pointnet2_ops, pointops, simple_knn  # noqa: E402
 from pcgeom.compat import torch_cluster, torch_scatter  # noqa: E402
-from tests.fuzz.strategies import clouds, fuzz, make_points, packed_clouds  # noqa: E402
+from tests.fuzz.strategies import clouds, dist_oracle, fuzz, make_points, packed_clouds, round_to_dtype  # noqa: E402
 from tests.oracle import acc_np_dtype, knn_oracle_acc, rank_order, segment_reduce_oracle, sq_dist_acc  # noqa: E402
 
 EXACT_KINDS = ["lattice", "repeated", "few_distinct", "collinear", "planar", "nonfinite", "extreme"]
@@ -54,6 +54,8 @@ def test_pointnet2_three_nn_and_gather(c, n):
         od, oi = knn_oracle_acc(q[b].double().numpy().astype(acc), x[b].double().numpy().astype(acc), 3)
         if c["exact"]:
             np.testing.assert_array_equal(idx[b].numpy(), np.where(oi < 0, 0, oi))
+            # the exact root of the float32 (float64) squared distance, rounded once (inf where < 3 points)
+            np.testing.assert_array_equal(dist[b].double().numpy(), dist_oracle(od, c["dtype"]))
     f = torch.from_numpy(np.arange(B * 2 * N, dtype=float).reshape(B, 2, N)).to(c["dtype"])
     i32 = idx.int()
     g = pointnet2_ops.gather_operation(f, i32[:, :, 0].contiguous())
@@ -197,6 +199,8 @@ def test_pointops(c, ns):
         od, oi = knn_oracle_acc(seg, seg, ns)
         if c["exact"]:
             np.testing.assert_array_equal(np.where(idx[lo:hi].numpy() >= 0, idx[lo:hi].numpy() - lo, -1), oi)
+            # the exact root of the float32 (float64) squared distance, rounded once; 1e5 where idx = -1
+            np.testing.assert_array_equal(dist[lo:hi].double().numpy(), np.where(oi >= 0, dist_oracle(od, c["dtype"]), round_to_dtype(1e5, c["dtype"])))
         lo = hi
     new_off = torch.tensor(np.cumsum([max(1, n // 2) for n in c["lens"]]), dtype=torch.int32)
     s = pointops.farthest_point_sampling(x, off, new_off).numpy()

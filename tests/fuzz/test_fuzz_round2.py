@@ -18,7 +18,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 import pcgeom  # noqa: E402
 from pcgeom.compat import chamfer_ext, pointnet2_ops, pointops, torch_cluster  # noqa: E402
-from tests.fuzz.strategies import FLOATS, LAYOUTS, as_layout, clouds, fuzz, packed_clouds  # noqa: E402
+from tests.fuzz.strategies import FLOATS, LAYOUTS, as_layout, clouds, dist_oracle, fuzz, packed_clouds, round_to_dtype  # noqa: E402
 from tests.oracle import acc_np_dtype, fps_oracle_acc, knn_oracle_acc, sq_dist_acc  # noqa: E402
 
 EXACT_KINDS = ["lattice", "repeated", "few_distinct", "collinear", "planar"]
@@ -192,10 +192,10 @@ def test_pointops_ball_query_and_groups(c, nsample, rmax, rmin, C, seed):
             got = idx[i].numpy()
             np.testing.assert_array_equal(np.where(got >= 0, got - lo, -1), want)
             ok = got >= 0
-            d_want = np.sqrt(sq_dist_acc(seg[got[ok] - lo].astype(acc), c["x"][i].astype(acc)))
-            # the output dtype's rounding of the float32 (float64) distance: one half-ulp of bfloat16 is 2**-9
-            rtol = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -10, torch.float32: 1e-6}.get(c["dtype"], 1e-12)
-            np.testing.assert_allclose(dist[i].double().numpy()[ok], d_want, rtol=rtol)
+            # the exact root of the float32 (float64) squared distance, rounded once to the output dtype
+            d_want = dist_oracle(sq_dist_acc(seg[got[ok] - lo].astype(acc), c["x"][i].astype(acc)), c["dtype"])
+            np.testing.assert_array_equal(dist[i].double().numpy()[ok], d_want)
+            np.testing.assert_array_equal(dist[i].double().numpy()[~ok], round_to_dtype(1e5, c["dtype"]))  # inf in float16
             # random_ball_query: distinct candidates of the same shell, as many as fit
             r = ridx[i].numpy()
             r = r[r >= 0] - lo

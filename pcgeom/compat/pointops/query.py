@@ -5,11 +5,13 @@ from __future__ import annotations
 import torch
 
 from pcgeom import _validation as V
-from pcgeom.compat.pointops._common import check_nsample, dist_out, PAD_DIST, query_args
+from pcgeom.compat.pointops._common import acc_sq_dist, check_nsample, dist_out, PAD_DIST, query_args
 from pcgeom.ops import ball_query as _pc_ball_query, knn as _pc_knn
 from pcgeom.packed_features import offsets_to_batch
 
 __all__ = ["knn_query", "ball_query", "random_ball_query"]
+
+_HALF = (torch.float16, torch.bfloat16)
 
 
 def knn_query(nsample, xyz, offset, new_xyz=None, new_offset=None):
@@ -27,7 +29,9 @@ def knn_query(nsample, xyz, offset, new_xyz=None, new_offset=None):
         ``(idx, dist)``: ``idx (m, nsample)`` int32 global rows of ``xyz``,
         nearest first, ties to the lower index, ``-1`` where the cloud has
         fewer than ``nsample`` points; ``dist (m, nsample)`` Euclidean
-        distances in the dtype of ``xyz``, ``1e5`` at ``-1``.  No gradient.
+        distances in the dtype of ``xyz``, ``1e5`` at ``-1``: the exact root of
+        the float32 (float64) squared distance rounded once to that dtype.
+        No gradient.
 
     Raises:
         ValueError: offsets not non-decreasing or not ending at the row count,
@@ -47,7 +51,9 @@ def knn_query(nsample, xyz, offset, new_xyz=None, new_offset=None):
     xyz, off, new_xyz, new_off = query_args(fn, xyz, offset, new_xyz, new_offset)
     with torch.no_grad():
         dist2, idx = _pc_knn(new_xyz, xyz, nsample, query_offsets=new_off, points_offsets=off)
-        return idx.int(), dist_out(dist2, idx)
+        if xyz.dtype in _HALF:
+            dist2 = acc_sq_dist(new_xyz, xyz, idx)
+        return idx.int(), dist_out(dist2, idx, xyz.dtype)
 
 
 def _ball_candidates(fn, xyz, off, new_xyz, new_off, nsample, min_radius, max_radius, index_order):
@@ -57,6 +63,8 @@ def _ball_candidates(fn, xyz, off, new_xyz, new_off, nsample, min_radius, max_ra
     first (``index_order=False``, ties to the lower index) or in row order of
     ``xyz``; slots ``>= cnt`` are ``idx = -1``.  The search asks pcgeom's ball
     query for a superset radius and grows its ``k`` until no row is full.
+    ``dist2`` is in the accumulation dtype (float32 for half-precision input):
+    the shell test, the order and the returned distance all use the unrounded value.
     """
     acc = torch.float64 if xyz.dtype == torch.float64 else torch.float32
     max2 = torch.tensor(max_radius, dtype=acc) ** 2
@@ -73,9 +81,15 @@ def _ball_candidates(fn, xyz, off, new_xyz, new_off, nsample, min_radius, max_ra
             break
         k = min(4 * k, n_max)
     d = dist2.to(acc)
+    if xyz.dtype in _HALF:
+        # pcgeom rounds dist2 to the input dtype; the shell test and the order need the float32 value
+        d = torch.where(idx >= 0, acc_sq_dist(new_xyz, xyz, idx), float("inf"))
+        if not index_order:
+            d, perm = torch.sort(d, dim=1, stable=True)
+            idx = torch.gather(idx, 1, perm)
     keep = (idx >= 0) & ((d.double() <= 1e-5) | ((d >= min2.to(d.device)) & (d < max2.to(d.device))))
     perm = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)
-    return torch.gather(dist2, 1, perm), torch.where(torch.gather(keep, 1, perm), torch.gather(idx, 1, perm), -1), keep.sum(1)
+    return torch.gather(d, 1, perm), torch.where(torch.gather(keep, 1, perm), torch.gather(idx, 1, perm), -1), keep.sum(1)
 
 
 def _ball_args(fn, nsample, max_radius, min_radius):
@@ -87,10 +101,10 @@ def _ball_args(fn, nsample, max_radius, min_radius):
     return nsample, max_radius, min_radius
 
 
-def _take(dist2, idx, cols, valid):
+def _take(dist2, idx, cols, valid, dtype):
     d = torch.gather(dist2, 1, cols)
     i = torch.where(valid, torch.gather(idx, 1, cols), -1)
-    return i.int(), dist_out(d, i)
+    return i.int(), dist_out(d, i, dtype)
 
 
 def ball_query(nsample, max_radius, min_radius, xyz, offset, new_xyz=None, new_offset=None):
@@ -117,7 +131,9 @@ def ball_query(nsample, max_radius, min_radius, xyz, offset, new_xyz=None, new_o
 
     Returns:
         ``(idx (m, nsample) int32, dist (m, nsample))``, true Euclidean
-        distances (the kernel writes ``sqrt(index)`` on its subsample path).
+        distances (the kernel writes ``sqrt(index)`` on its subsample path),
+        rounded once as in :func:`knn_query`.  The shell test and the order
+        use the float32 squared distance also for float16/bfloat16 input.
         No gradient.
 
     Example:
@@ -143,7 +159,7 @@ def ball_query(nsample, max_radius, min_radius, xyz, offset, new_xyz=None, new_o
             m = new_xyz.shape[0]
             return (torch.full((m, nsample), -1, dtype=torch.int32, device=xyz.device),
                     torch.full((m, nsample), PAD_DIST, dtype=xyz.dtype, device=xyz.device))
-        return _take(dist2, idx, cols, valid)
+        return _take(dist2, idx, cols, valid, xyz.dtype)
 
 
 def random_ball_query(nsample, max_radius, min_radius, xyz, offset, new_xyz=None, new_offset=None):
@@ -194,4 +210,4 @@ def random_ball_query(nsample, max_radius, min_radius, xyz, offset, new_xyz=None
             pos = torch.cat([pos, pos.new_full((m, pad), -1)], 1)
         dist2, pos = dist2[:, :nsample], pos[:, :nsample]
         idx = torch.where(pos >= 0, order[pos.clamp(min=0)], -1)
-        return idx.int(), dist_out(dist2, idx)
+        return idx.int(), dist_out(dist2, idx, xyz.dtype)
