@@ -334,6 +334,12 @@ def test_distances_are_rounded_once_to_the_output_dtype():
     x64 = torch.tensor([[0.0, 0, 0], [1, -1, 0]], dtype=torch.float64)
     assert P.ball_query(2, 2.0, 0.0, x64, off)[1][0, 1].item() == math.sqrt(2.0)
     assert P.knn_query(2, x64, off)[1][0, 1].item() == math.sqrt(2.0)
+    # float32: torch's CPU sqrt(267.0) is one ulp off too (267 = 11**2 + 11**2 + 5**2)
+    x32 = torch.tensor([[0.0, 0, 0], [11, 11, 5]])
+    want = float(np.sqrt(np.float32(267.0)))
+    assert P.knn_query(2, x32, off)[1][0, 1].item() == want
+    from pcgeom.compat.knn_cuda import KNN
+    assert KNN(2, transpose_mode=True)(x32[None], x32[None, :1])[0][0, 0, 1].item() == want
 
 
 def test_round_once_decides_float32_midpoints_by_the_float64_value():

@@ -237,3 +237,15 @@ def test_neighbour_counts_too_large_to_hold_name_the_argument(case):
     with pytest.raises(RuntimeError, match=rf"^{fn}={n} needs the neighbour table of shape \(4194304, \d+\), "
                                            rf"192\.0 TiB, and allocating it failed"):
         call()
+
+
+def test_equal_average_distances_follow_open3d_summation_order():
+    # Long fuzz run find (the oracle's, not pcgeom's): every point's average distance is 7 / 5 = 1.4; Open3D
+    # sums the averages in point order, so the mean is 1.4000000000000001 and the standard deviation 2.4e-16:
+    # every point is below the threshold and kept (open3d 0.19 keeps all 8).  A pairwise sum gives 1.4 and
+    # std 0, and would drop them all.
+    x = torch.tensor([-4.0, -4, -4, 3, 3, 3, 3, -4])[:, None].double()
+    p3 = torch.cat([x, torch.zeros(8, 2, dtype=torch.float64)], 1)
+    assert pcgeom.remove_statistical_outliers(p3, 5, 0.5).all()
+    o3d = pytest.importorskip("open3d")
+    assert sorted(_o3d_cloud(o3d, p3).remove_statistical_outlier(nb_neighbors=5, std_ratio=0.5)[1]) == list(range(8))

@@ -16,6 +16,7 @@ from torch import nn
 
 from pcgeom import _validation as V
 from pcgeom.ops import knn
+from pcgeom.compat.pointops._common import sqrt_once
 
 __all__ = ["KNN"]
 
@@ -32,7 +33,8 @@ class KNN(nn.Module):
 
     ``forward(ref, query)`` returns ``(dist, idx)``:
 
-    * ``dist``: float32 **Euclidean** distances, ascending along the k axis;
+    * ``dist``: float32 **Euclidean** distances, ascending along the k axis
+      (the correctly rounded root of the float32 squared distance);
     * ``idx``: int64 0-based indices into the ref points, ties to the lower index.
 
     Like the original, inputs are cast to float32 and no gradient flows (the
@@ -85,7 +87,7 @@ class KNN(nn.Module):
                     f"(ref shape {V.shape_str(ref)}, layout {layout_r} with {mode})"
                 )
             dist2, idx = knn(q, r, self.k)
-            dist = dist2.sqrt()
+            dist = sqrt_once(dist2, torch.float32)  # correctly rounded (torch's CPU sqrt can be one ulp off)
             if not self.transpose_mode:
                 dist = rearrange(dist, "b n k -> b k n")
                 idx = rearrange(idx, "b n k -> b k n")

@@ -251,8 +251,17 @@ def _statistical_oracle(p, k, std_ratio):
     cnt = int(finite.sum())
     if cnt == 0:
         return np.zeros(n, bool)
-    mean = pos.sum() / cnt
-    std = math.sqrt(((pos - mean) ** 2).sum() / (cnt - 1)) if cnt > 1 else 0.0
+    # Open3D's std::accumulate and std::inner_product: sums in point order (numpy's pairwise sum rounds
+    # differently: eight copies of 1.4 have the sequential mean 1.4000000000000001, and that decides
+    # whether a cloud whose points all have the same average distance is kept)
+    total = 0.0
+    for v in pos:
+        total += v
+    mean = total / cnt
+    sq = 0.0
+    for v in pos:
+        sq += (v - mean) * (v - mean)
+    std = math.sqrt(sq / (cnt - 1)) if cnt > 1 else 0.0
     return finite & (avg > 0) & (avg < mean + std_ratio * std)
 
 

@@ -38,9 +38,8 @@ def test_knn_cuda(c, k, M, transpose):
         od, oi = knn_oracle_acc(qq, pp, k)
         if c["exact"]:
             np.testing.assert_array_equal(idx[b].numpy(), oi)
-            with np.errstate(invalid="ignore"):
-                # Euclidean = sqrt of the exact float32 dist2, within one float32 ulp (not promised correctly rounded)
-                np.testing.assert_allclose(dist[b].numpy(), np.sqrt(od), rtol=2.5e-7, atol=0, equal_nan=True)
+            # Euclidean = the correctly rounded root of the exact float32 dist2
+            np.testing.assert_array_equal(dist[b].double().numpy(), dist_oracle(od, torch.float32))
 
 
 @fuzz(c=clouds(n_min=1, n_max=12, d_choices=(3,), kinds=EXACT_KINDS), n=st.integers(1, 4))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from pcgeom import _validation as V
@@ -120,29 +119,19 @@ def round_once(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.where(mid & (y != y32) & ((y > y32) == (other > r64)), other.to(dtype), r)
 
 
-def sqrt64(x: torch.Tensor) -> torch.Tensor:
-    """Correctly rounded float64 square root.
-
-    torch's CPU ``sqrt`` (float32 and float64 alike, vectorised) is off by one
-    ulp on about 0.7% of inputs (``sqrt(2.0)`` gives ``1.414213562373095``);
-    numpy's is the IEEE operation, as is CUDA's, so CPU tensors go through numpy.
-    """
-    x = x.to(torch.float64)
-    if x.device.type == "cpu" and not V.compiling():
-        return torch.from_numpy(np.sqrt(x.detach().contiguous().numpy()))
-    return x.sqrt()
-
-
 def sqrt_once(dist2: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``sqrt(dist2)`` correctly rounded to ``dtype`` (``dist2`` float32 or float64).
 
-    The root is taken in float64 (:func:`sqrt64`) and rounded once
-    (:func:`round_once`): a float32 ``sqrt`` followed by a cast to half precision
+    float32 and float64 roots are correctly rounded in their own dtype
+    (:func:`pcgeom._validation.exact_sqrt`).  For float16/bfloat16 the root is taken in float64 and
+    rounded once (:func:`round_once`): a float32 ``sqrt`` followed by a cast
     rounds twice (bfloat16 ``sqrt(18.1875)`` would be 4.28125, not 4.25).  The
-    float64 root of a float32 value is exact or at least ``2**-26`` relative away
-    from any float32 or half-precision midpoint, so one more rounding is exact.
+    exact root of a float32 value is exact or farther from any half-precision
+    midpoint than a float64 rounding, so one more rounding is exact.
     """
-    return round_once(sqrt64(dist2), dtype)
+    if dtype in (torch.float16, torch.bfloat16):
+        return round_once(V.exact_sqrt(dist2.to(torch.float64)), dtype)
+    return V.exact_sqrt(dist2.to(dtype))
 
 
 def dist_out(dist2: torch.Tensor, idx: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
