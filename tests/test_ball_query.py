@@ -163,11 +163,12 @@ def test_index_order_native_equals_reference():
 @pytest.mark.parametrize("path", ["auto", "tree"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_index_order_through_the_tree(monkeypatch, path, dtype):
-    # Where the CPU plan picks the KD-tree, order="index" comes from the
-    # nearest-first search (sorted by index; full balls searched again or
-    # scanned): every route must give the scan's answer.  Sparse balls (fewer
-    # than k points), full ones, a pile of duplicates (an infinitely dense
-    # ball: the scan), NaN points and ragged lengths.
+    # Where the CPU plan picks the KD-tree, order="index" collects each
+    # query's whole ball in a tree and sorts it by index (balls past 16 k
+    # points: the scan): every route must give the scan's answer.  Sparse balls
+    # (fewer than k points), full ones, a pile of duplicates, NaN points,
+    # ragged lengths; the points themselves as queries (grouped by tree leaf)
+    # and other queries (grouped by home leaf).
     if not pcgeom.backend_info()["extension_loaded"]:
         pytest.skip("native library not loaded")
     monkeypatch.setenv("PCGEOM_CPU_KNN_PATH", path)
@@ -177,16 +178,16 @@ def test_index_order_through_the_tree(monkeypatch, path, dtype):
     p[1, 2900:] = p[1, 2899] * 0.5
     p[:, 50:60] = float("nan")
     p = p.to(dtype)
-    q = p[:, :600].contiguous()
-    ql, pl = torch.tensor([600, 450]), torch.tensor([3000, 2950])
-    code = torch.ops.pcgeom._knn_cpu_plan(q, p, 8, ql, pl)
-    assert code.tolist() == [1, 1]  # the tree serves both clouds
     acc = np.float32 if dtype == torch.float32 else np.float64
-    for r, k in ((0.04, 8), (0.1, 12), (0.15, 40)):
-        dist2, idx = pcgeom.ball_query(q, p, r, k, query_lengths=ql, points_lengths=pl, order="index")
-        od, oi = _index_order_oracle(q, p, r, k, ql, pl, acc=acc)
-        np.testing.assert_array_equal(idx.numpy(), oi)
-        np.testing.assert_array_equal(dist2.numpy(), od)
+    for q, ql in ((p[:, :600].contiguous(), torch.tensor([600, 450])), (p, torch.tensor([3000, 800]))):
+        pl = torch.tensor([3000, 2950])
+        code = torch.ops.pcgeom._knn_cpu_plan(q, p, 8, ql, pl)
+        assert code.tolist() == [1, 1]  # the tree serves both clouds
+        for r, k in ((0.04, 8), (0.1, 12), (0.15, 40)):
+            dist2, idx = pcgeom.ball_query(q, p, r, k, query_lengths=ql, points_lengths=pl, order="index")
+            od, oi = _index_order_oracle(q, p, r, k, ql, pl, acc=acc)
+            np.testing.assert_array_equal(idx.numpy(), oi)
+            np.testing.assert_array_equal(dist2.numpy(), od)
 
 
 @pytest.mark.slow

@@ -4,15 +4,14 @@
 // and scan paths of knn_cpu.cpp stop at the radius).
 // order="index" (index_order=true): PointNet++'s selection -- per query, the
 // first k points inside the ball in index order.  Where the KNN plan picks the
-// KD-tree it is served by the nearest-first search (index_from_nearest below);
-// otherwise, and for the rows that search leaves, by a direct scan that stops
-// as soon as k points are found.  Distances use pcgeom::sq_dist, the shared
-// formula, so both orders agree with the reference bit for bit.
+// KD-tree, from each query's whole ball collected in a tree of the cloud
+// (index_order_tree below); otherwise, and for very full balls, by a direct
+// scan that stops as soon as k points are found.  Distances use
+// pcgeom::sq_dist, the shared formula, so both orders agree with the
+// reference bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <limits>
 #include <utility>
 #include <vector>
 
@@ -21,8 +20,10 @@
 
 #include "ball_query/ball_query_common.h"
 #include "common/checks.h"
+#include "common/kdtree_cpu.h"
 #include "knn/knn_cpu.h"
 #include "knn/knn_dispatch_cpu.h"
+#include "knn/knn_tree_cpu.h"
 
 namespace pcgeom {
 namespace {
@@ -46,166 +47,261 @@ void ball_query_index_kernel(const A* q, const A* p, const int64_t* ql, const in
   });
 }
 
-// Sorts the first n slots of a row by index, each distance with its index.
+// The index-order answer of one query from its whole ball, cnt points
+// (bi index, bd dist2) in any order: the K lowest indices, ascending, then
+// padding.  Balls are mostly a few dozen points: an insertion sort on the
+// index alone is faster there than std::sort.
 template <typename A>
-void sort_by_index(A* d, int64_t* i, int64_t n) {
-  if (n <= 48) {  // balls of a few dozen points: insertion sort beats std::sort
-    for (int64_t a = 1; a < n; ++a) {
-      const int64_t ia = i[a];
-      const A da = d[a];
+void write_first_by_index(int32_t* bi, A* bd, int64_t cnt, int64_t K, A* dr, int64_t* ir) {
+  const int64_t keep = std::min(cnt, K);
+  if (cnt <= 64) {
+    for (int64_t a = 1; a < cnt; ++a) {
+      const int32_t ia = bi[a];
+      const A da = bd[a];
       int64_t b = a;
-      for (; b > 0 && i[b - 1] > ia; --b) {
-        i[b] = i[b - 1];
-        d[b] = d[b - 1];
+      for (; b > 0 && bi[b - 1] > ia; --b) {
+        bi[b] = bi[b - 1];
+        bd[b] = bd[b - 1];
       }
-      i[b] = ia;
-      d[b] = da;
+      bi[b] = ia;
+      bd[b] = da;
     }
-    return;
+    for (int64_t s = 0; s < keep; ++s) {
+      ir[s] = bi[s];
+      dr[s] = bd[s];
+    }
+  } else {
+    std::vector<std::pair<int32_t, A>> v(cnt);
+    for (int64_t a = 0; a < cnt; ++a) v[a] = {bi[a], bd[a]};
+    auto by_index = [](const std::pair<int32_t, A>& x, const std::pair<int32_t, A>& y) {
+      return x.first < y.first;
+    };
+    if (cnt > K) std::nth_element(v.begin(), v.begin() + K, v.end(), by_index);
+    std::sort(v.begin(), v.begin() + keep, by_index);
+    for (int64_t s = 0; s < keep; ++s) {
+      ir[s] = v[s].first;
+      dr[s] = v[s].second;
+    }
   }
-  std::vector<std::pair<int64_t, A>> v(n);
-  for (int64_t a = 0; a < n; ++a) v[a] = {i[a], d[a]};
-  std::sort(v.begin(), v.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-  for (int64_t a = 0; a < n; ++a) {
-    i[a] = v[a].first;
-    d[a] = v[a].second;
+  for (int64_t s = keep; s < K; ++s) {
+    ir[s] = -1;
+    dr[s] = pos_inf<A>();
   }
 }
 
-// Slots in use at the front of a nearest-first row (the rest are idx = -1).
-inline int64_t found_in(const int64_t* i, int64_t K) {
-  int64_t n = 0;
-  while (n < K && i[n] >= 0) ++n;
-  return n;
-}
+// order="index" through a KD-tree per cloud (D <= 8, finite r2): each
+// query's whole ball, then its first K by index.  The scan it replaces reads
+// the cloud until K points are inside -- the whole cloud for a ball of fewer
+// than K, which is most rows at PyG's radius_graph sizes (a few dozen
+// neighbours, 10^5 points a cloud).  Queries go in groups of nearby ones (a
+// leaf's points for a self query, else the queries sharing a home leaf): one
+// traversal by box-to-box distance lists the leaves the group can reach, and
+// each query scans those its own box bound does not rule out.  A box is
+// skipped only when its shrunk bound exceeds r2, which no point inside can
+// then beat (kdtree_cpu.h), and each kept dist2 is the shared formula's.  A
+// ball past 16 K points goes to the scan instead, which stops early there.
+// Points with a NaN/inf coordinate are never inside a finite ball, and a query
+// with one has an empty ball.  Two parallel regions in all (the trees, then
+// every group of every cloud): each region costs thread wake-ups.
+template <int D, typename A>
+struct IndexOrderCloud {
+  cpu::KdTree<D, A> tree;
+  int64_t n = 0;  // finite points in the tree
+  std::vector<int32_t> order;  // the searched queries, group after group
+  std::vector<int64_t> first;  // group starts in order
+};
 
-// order="index" from the nearest-first search (float32/float64, the tree's
-// plan).  A row whose last slot stays empty holds the query's whole ball --
-// the same points, with the same dist2, that the scan would test -- so the
-// first k in index order are that row sorted by index.  The scan instead reads
-// the cloud until k points are inside, the whole cloud for a ball of fewer
-// than k: at PyG's radius_graph sizes (a few dozen neighbours, 10^5 points a
-// cloud) that is almost every row.  Full rows are searched again with 4x the
-// slots while the plan still picks the tree, the rest get the scan.
-template <typename A>
-void index_from_nearest(const Tensor& query, const Tensor& points, const Tensor& ql,
-                        const Tensor& pl, int64_t K, double radius2, KnnPath forced, A* od,
-                        int64_t* oi, const char* op) {
-  const int64_t B = query.size(0), M = query.size(1), D = query.size(2);
-  const int64_t N = points.size(1);
-  const int64_t* plp = pl.const_data_ptr<int64_t>();
-  const A* q = query.const_data_ptr<A>();
-  const A* p = points.const_data_ptr<A>();
-  const A r2 = static_cast<A>(radius2);
-  // What a full row (its kc slots all used) needs next: the ball's size if the
-  // density were uniform out to r (kc points within the kc-th distance) prices
-  // both routes -- the scan reads about n * K / ball points before it has K,
-  // the search again costs a few dozen point visits per point of the ball.
-  // Dense balls (many more points than K) go to the scan, which stops early.
-  constexpr double kSearchCost = 32.0;
-  const bool always_search = forced == KnnPath::kTree;
-  auto ball_estimate = [&](const A* dr, int64_t kc) {
-    const double last = static_cast<double>(dr[kc - 1]);
-    if (!(last > 0.0)) return std::numeric_limits<double>::infinity();
-    return static_cast<double>(kc) * std::pow(static_cast<double>(r2) / last, 0.5 * static_cast<double>(D));
-  };
-  // 0: the row is complete; 1: search again; 2: scan.
-  auto next_step = [&](const A* dr, const int64_t* ir, int64_t kc, int64_t b, double* est) -> char {
-    if (ir[kc - 1] < 0 || kc >= plp[b]) return 0;
-    *est = ball_estimate(dr, kc);
-    if (always_search) return 1;
-    return kSearchCost * *est * *est < static_cast<double>(plp[b]) * static_cast<double>(K) ? 1 : 2;
-  };
-  std::vector<char> step(B * M, 0);
-  std::vector<double> est(B * M, 0.0);
-  pcgeom::parallel_for(0, B * M, grain_for(4 * K), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      int64_t* ir = oi + r * K;
-      step[r] = next_step(od + r * K, ir, K, r / M, &est[r]);
-      if (step[r] == 0) sort_by_index(od + r * K, ir, found_in(ir, K));
-    }
-  });
-  std::vector<int64_t> rows, scan;  // ascending, so grouped by cloud
-  double widest = 0.0;
-  for (int64_t r = 0; r < B * M; ++r) {
-    if (step[r] == 1) {
-      rows.push_back(r);
-      widest = std::max(widest, est[r]);
-    } else if (step[r] == 2) {
-      scan.push_back(r);
-    }
+// Builds cloud b's tree and groups; `parallel`: the build may use threads.
+template <int D, typename A>
+void prepare_index_order_cloud(const A* qb, int64_t Mq, const A* pb, int64_t L, bool parallel,
+                               IndexOrderCloud<D, A>& c) {
+  std::vector<int32_t> finite;
+  for (int64_t j = 0; j < L; ++j) {
+    if (cpu::all_finite<D, A>(pb + j * D)) finite.push_back(static_cast<int32_t>(j));
   }
-  int64_t k2 = K;
-  while (!rows.empty()) {
-    // Room for the widest ball expected, at least twice and at most 8x the
-    // slots of the last round (a row of duplicates expects an infinite ball).
-    const double want = std::min(1.25 * widest + 1.0, 8.0 * static_cast<double>(k2));
-    k2 = std::min<int64_t>(std::max<int64_t>(2 * k2, static_cast<int64_t>(want)), N);
-    // The full rows as a padded batch of their own, cloud by cloud.
-    std::vector<int64_t> count(B, 0), start(B, 0);
-    for (int64_t r : rows) ++count[r / M];
-    int64_t M2 = 0;
-    for (int64_t b = 0; b < B; ++b) M2 = std::max(M2, count[b]);
-    for (size_t j = 1; j < rows.size(); ++j) {
-      const int64_t b = rows[j] / M;
-      if (b != rows[j - 1] / M) start[b] = static_cast<int64_t>(j);
-    }
-    Tensor q2 = alloc_output({B, M2, D}, query.scalar_type(), query, op, "k", K, "the full rows",
-                             static_cast<int64_t>(sizeof(A)));
-    Tensor ql2 = torch::stable::empty({B}, ScalarType::Long, std::nullopt, query.device());
-    A* q2p = q2.mutable_data_ptr<A>();
-    std::memset(q2p, 0, sizeof(A) * B * M2 * D);
-    int64_t* ql2p = ql2.mutable_data_ptr<int64_t>();
-    for (int64_t b = 0; b < B; ++b) ql2p[b] = count[b];
-    for (size_t j = 0; j < rows.size(); ++j) {
-      const int64_t b = rows[j] / M;
-      std::memcpy(q2p + (b * M2 + (static_cast<int64_t>(j) - start[b])) * D, q + rows[j] * D,
-                  sizeof(A) * D);
-    }
-    auto [d2, i2] = knn_search_cpu(q2, points, k2, ql2, pl, true, radius2, op);
-    A* d2p = d2.mutable_data_ptr<A>();
-    int64_t* i2p = i2.mutable_data_ptr<int64_t>();
-    std::vector<char> next(rows.size(), 0);
-    std::vector<double> next_est(rows.size(), 0.0);
-    pcgeom::parallel_for(0, static_cast<int64_t>(rows.size()), grain_for(4 * k2),
-                         [&](int64_t begin, int64_t end) {
-      for (int64_t j = begin; j < end; ++j) {
-        const int64_t r = rows[j], b = r / M;
-        const int64_t s = b * M2 + (j - start[b]);
-        int64_t* ir = i2p + s * k2;
-        A* dr = d2p + s * k2;
-        next[j] = next_step(dr, ir, k2, b, &next_est[j]);
-        if (next[j] != 0) continue;
-        const int64_t n = found_in(ir, k2);
-        sort_by_index(dr, ir, n);
-        const int64_t keep = std::min(n, K);
-        std::copy(ir, ir + keep, oi + r * K);
-        std::copy(dr, dr + keep, od + r * K);
-        for (int64_t t = keep; t < K; ++t) {
-          oi[r * K + t] = -1;
-          od[r * K + t] = pos_inf<A>();
+  c.n = static_cast<int64_t>(finite.size());
+  if (c.n == 0 || Mq == 0) return;
+  cpu::KdBuilder<D, A> bl(&c.tree);
+  bl.init(c.n, cpu::kTreeLeafSize);
+  for (int64_t i = 0; i < c.n; ++i) {
+    auto& rec = bl.rec(i);
+    for (int d = 0; d < D; ++d) rec.c[d] = pb[finite[i] * D + d];
+    rec.idx = finite[i];
+  }
+  const int64_t threads = parallel ? std::max<int64_t>(1, torch::stable::get_num_threads()) : 1;
+  const int64_t cut = threads > 1 ? std::max<int64_t>(8192, c.n / (4 * threads)) : int64_t(1) << 40;
+  std::vector<typename cpu::KdBuilder<D, A>::Task> tasks;
+  bl.split_top(cut, &tasks);
+  if (tasks.size() > 1) {
+    pcgeom::parallel_for(0, static_cast<int64_t>(tasks.size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) bl.build_task(tasks[i]);
+    });
+  } else {
+    for (const auto& t : tasks) bl.build_task(t);
+  }
+  bl.finish();
+  const cpu::KdTree<D, A>& t = c.tree;
+  std::vector<char> grouped(Mq, 0);
+  if (qb == pb) {  // the tree's leaves are the groups
+    for (const int32_t leaf : t.leaves) {
+      const int64_t at = static_cast<int64_t>(c.order.size());
+      for (int32_t pos = t.nodes[leaf].begin; pos < t.nodes[leaf].end; ++pos) {
+        const int32_t m = t.index[pos];
+        if (m < Mq) {
+          c.order.push_back(m);
+          grouped[m] = 1;
         }
       }
+      if (static_cast<int64_t>(c.order.size()) > at) c.first.push_back(at);
+    }
+  }
+  // The other finite queries, bucketed by home leaf, at most kMaxGroup a group.
+  std::vector<int32_t> home(Mq, -1);
+  for (int64_t m = 0; m < Mq; ++m) {
+    if (!grouped[m] && cpu::all_finite<D, A>(qb + m * D)) home[m] = cpu::home_leaf<D, A>(t, qb + m * D);
+  }
+  const int64_t nn = static_cast<int64_t>(t.nodes.size());
+  std::vector<int64_t> start(nn + 1, 0);
+  for (int64_t m = 0; m < Mq; ++m) {
+    if (home[m] >= 0) ++start[home[m] + 1];
+  }
+  for (int64_t i = 0; i < nn; ++i) start[i + 1] += start[i];
+  const int64_t base = static_cast<int64_t>(c.order.size());
+  c.order.resize(base + start[nn]);
+  std::vector<int64_t> fill(start.begin(), start.end() - 1);
+  for (int64_t m = 0; m < Mq; ++m) {
+    if (home[m] >= 0) c.order[base + fill[home[m]]++] = static_cast<int32_t>(m);
+  }
+  for (int64_t i = 0; i < nn; ++i) {
+    for (int64_t at = start[i]; at < start[i + 1]; at += cpu::kMaxGroup) c.first.push_back(base + at);
+  }
+}
+
+template <int D, typename A>
+void index_order_tree(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int64_t B,
+                      int64_t M, int64_t N, int64_t K, A r2, A* od, int64_t* oi) {
+  // Every row starts as padding: rows past a cloud's query length, queries
+  // with a NaN/inf coordinate and clouds without a finite point keep it.
+  for (int64_t e = 0; e < B * M * K; ++e) {
+    oi[e] = -1;
+    od[e] = pos_inf<A>();
+  }
+  std::vector<IndexOrderCloud<D, A>> clouds(B);
+  const int64_t threads = std::max<int64_t>(1, torch::stable::get_num_threads());
+  auto prep = [&](int64_t b, bool parallel) {
+    const int64_t Mq = pl[b] > 0 ? ql[b] : 0;
+    prepare_index_order_cloud<D, A>(q + b * M * D, Mq, p + b * N * D, pl[b], parallel, clouds[b]);
+  };
+  if (B >= threads) {
+    pcgeom::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b) prep(b, false);
     });
-    std::vector<int64_t> left;
-    widest = 0.0;
-    for (size_t j = 0; j < rows.size(); ++j) {
-      if (next[j] == 1) {
-        left.push_back(rows[j]);
-        widest = std::max(widest, next_est[j]);
-      } else if (next[j] == 2) {
-        scan.push_back(rows[j]);
+  } else {
+    for (int64_t b = 0; b < B; ++b) prep(b, true);
+  }
+  std::vector<std::pair<int32_t, int64_t>> groups;  // (cloud, group)
+  for (int64_t b = 0; b < B; ++b) {
+    auto& c = clouds[b];
+    for (int64_t g = 0; g < static_cast<int64_t>(c.first.size()); ++g) groups.emplace_back(b, g);
+    c.first.push_back(static_cast<int64_t>(c.order.size()));
+  }
+  const int64_t limit = 16 * K;
+  pcgeom::parallel_for(0, static_cast<int64_t>(groups.size()), 4, [&](int64_t begin, int64_t end) {
+    // room for a ball past the limit by one leaf
+    std::vector<int32_t> bi(limit + cpu::kTreeLeafSize);
+    std::vector<A> bd(limit + cpu::kTreeLeafSize);
+    std::vector<int32_t> stack, leaves;
+    A buf[cpu::kTreeLeafSize];
+    for (int64_t w = begin; w < end; ++w) {
+      const int64_t b = groups[w].first, g = groups[w].second;
+      const auto& c = clouds[b];
+      const auto& tree = c.tree;
+      const A* qb = q + b * M * D;
+      const A* pb = p + b * N * D;
+      A* odb = od + b * M * K;
+      int64_t* oib = oi + b * M * K;
+      A glo[D], ghi[D];
+      for (int d = 0; d < D; ++d) {
+        glo[d] = pos_inf<A>();
+        ghi[d] = -pos_inf<A>();
+      }
+      for (int64_t i = c.first[g]; i < c.first[g + 1]; ++i) {
+        const A* qq = qb + static_cast<int64_t>(c.order[i]) * D;
+        for (int d = 0; d < D; ++d) {
+          glo[d] = std::min(glo[d], qq[d]);
+          ghi[d] = std::max(ghi[d], qq[d]);
+        }
+      }
+      leaves.clear();
+      stack.assign(1, 0);
+      while (!stack.empty()) {
+        const auto& node = tree.nodes[stack.back()];
+        stack.pop_back();
+        if (cpu::shrink_bound(cpu::box_box_dist2<D, A>(glo, ghi, node.lo, node.hi)) > r2) continue;
+        if (node.leaf()) {
+          leaves.push_back(static_cast<int32_t>(&node - tree.nodes.data()));
+        } else {
+          stack.push_back(node.right);
+          stack.push_back(node.left);
+        }
+      }
+      for (int64_t i = c.first[g]; i < c.first[g + 1]; ++i) {
+        const int64_t m = c.order[i];
+        const A* qq = qb + m * D;
+        int64_t cnt = 0;
+        bool whole = true;
+        for (const int32_t leaf : leaves) {
+          const auto& node = tree.nodes[leaf];
+          if (cpu::shrink_bound(cpu::box_dist2<D, A>(qq, node.lo, node.hi)) > r2) continue;
+          const int32_t b0 = node.begin, n_leaf = node.end - node.begin;
+          for (int32_t j = 0; j < n_leaf; ++j) {  // vectorised: no branch
+            A acc = A(0);
+            for (int d = 0; d < D; ++d) {
+              const A diff = qq[d] - tree.coord(d)[b0 + j];
+              acc += diff * diff;
+            }
+            buf[j] = acc;
+          }
+          for (int32_t j = 0; j < n_leaf; ++j) {  // branch-free compaction
+            bi[cnt] = tree.index[b0 + j];
+            bd[cnt] = buf[j];
+            cnt += buf[j] <= r2 ? 1 : 0;
+          }
+          if (cnt > limit) {
+            whole = false;
+            break;
+          }
+        }
+        if (whole) {
+          write_first_by_index(bi.data(), bd.data(), cnt, K, odb + m * K, oib + m * K);
+        } else {
+          ball_query_index_row<A, A>(qq, pb, pl[b], D, K, r2, odb + m * K, oib + m * K);
+        }
       }
     }
-    rows.swap(left);
-  }
-  pcgeom::parallel_for(0, static_cast<int64_t>(scan.size()), grain_for(N * D),
-                       [&](int64_t begin, int64_t end) {
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t r = scan[j], b = r / M;
-      ball_query_index_row<A, A>(q + r * D, p + b * N * D, plp[b], D, K, r2, od + r * K, oi + r * K);
-    }
   });
+}
+
+template <typename A>
+void index_order_tree_any(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int64_t B,
+                          int64_t M, int64_t N, int64_t D, int64_t K, A r2, A* od, int64_t* oi) {
+  switch (D) {
+#define PCGEOM_BQ_CASE(DD)                                            \
+  case DD:                                                            \
+    index_order_tree<DD, A>(q, p, ql, pl, B, M, N, K, r2, od, oi);    \
+    return;
+    PCGEOM_BQ_CASE(1)
+    PCGEOM_BQ_CASE(2)
+    PCGEOM_BQ_CASE(3)
+    PCGEOM_BQ_CASE(4)
+    PCGEOM_BQ_CASE(5)
+    PCGEOM_BQ_CASE(6)
+    PCGEOM_BQ_CASE(7)
+    PCGEOM_BQ_CASE(8)
+#undef PCGEOM_BQ_CASE
+    default:
+      STD_TORCH_CHECK(false, "ball_query: the index-order tree needs 1 <= D <= 8, got ", D);
+  }
 }
 
 std::tuple<Tensor, Tensor> ball_query_index_cpu(const Tensor& query_in, const Tensor& points_in,
@@ -228,25 +324,6 @@ std::tuple<Tensor, Tensor> ball_query_index_cpu(const Tensor& query_in, const Te
   // Half precision runs on exact float32 copies (the formula converts anyway).
   const bool half = dtype == ST::Half || dtype == ST::BFloat16;
   const auto acc_type = half ? ST::Float : dtype;
-  // The nearest-first route (index_from_nearest) where the tree serves the
-  // search and the ball is finite: an infinite radius would make the
-  // non-finite points' distances count, which the scan alone decides.
-  const KnnPath forced = knn_path_override(op);
-  const bool finite_ball = acc_type == ST::Float ? std::isfinite(static_cast<float>(radius2))
-                                                 : std::isfinite(radius2);
-  if (!half && finite_ball && B * M > 0 && plan(KnnPath::kAuto, M, N, D, k, forced) == KnnPath::kTree) {
-    auto [dist, idx] = knn_search_cpu(query_in, points_in, k, ql, pl, true, radius2, op);
-    const Tensor query = torch::stable::contiguous(query_in);
-    const Tensor points = torch::stable::contiguous(points_in);
-    if (acc_type == ST::Float) {
-      index_from_nearest<float>(query, points, ql, pl, k, radius2, forced,
-                                dist.mutable_data_ptr<float>(), idx.mutable_data_ptr<int64_t>(), op);
-    } else {
-      index_from_nearest<double>(query, points, ql, pl, k, radius2, forced,
-                                 dist.mutable_data_ptr<double>(), idx.mutable_data_ptr<int64_t>(), op);
-    }
-    return std::make_tuple(dist, idx);
-  }
   const int64_t acc_size = acc_type == ST::Float ? 4 : 8;
   Tensor dist = alloc_output({B, M, k}, acc_type, query_in, op, "k", k, "dist2 and idx",
                              acc_size + 8);
@@ -255,7 +332,27 @@ std::tuple<Tensor, Tensor> ball_query_index_cpu(const Tensor& query_in, const Te
   const Tensor query = torch::stable::contiguous(half ? torch::stable::to(query_in, acc_type) : query_in);
   const Tensor points =
       torch::stable::contiguous(half ? torch::stable::to(points_in, acc_type) : points_in);
-  if (B * M > 0) {
+  // The tree where the KNN plan picks it for these sizes and the ball is
+  // finite (an infinite radius takes in the non-finite points, which only the
+  // scan handles).
+  const KnnPath forced = knn_path_override(op);
+  const bool finite_ball = acc_type == ST::Float ? std::isfinite(static_cast<float>(radius2))
+                                                 : std::isfinite(radius2);
+  const bool tree = finite_ball && D >= 1 && D <= kMaxTreeDim &&
+                    plan(KnnPath::kAuto, M, N, D, k, forced) == KnnPath::kTree;
+  if (B * M > 0 && tree) {
+    if (acc_type == ST::Float) {
+      index_order_tree_any<float>(query.const_data_ptr<float>(), points.const_data_ptr<float>(),
+                                  ql.const_data_ptr<int64_t>(), pl.const_data_ptr<int64_t>(), B, M,
+                                  N, D, k, static_cast<float>(radius2),
+                                  dist.mutable_data_ptr<float>(), idx.mutable_data_ptr<int64_t>());
+    } else {
+      index_order_tree_any<double>(query.const_data_ptr<double>(), points.const_data_ptr<double>(),
+                                   ql.const_data_ptr<int64_t>(), pl.const_data_ptr<int64_t>(), B, M,
+                                   N, D, k, radius2, dist.mutable_data_ptr<double>(),
+                                   idx.mutable_data_ptr<int64_t>());
+    }
+  } else if (B * M > 0) {
     if (acc_type == ST::Float) {
       ball_query_index_kernel<float>(query.const_data_ptr<float>(), points.const_data_ptr<float>(),
                                      ql.const_data_ptr<int64_t>(), pl.const_data_ptr<int64_t>(), B,
