@@ -82,14 +82,29 @@ def radius_offsets(x: Tensor, y: Tensor, r: float, xo: Tensor, yo: Tensor, cap: 
     # balls are asked again in index order.
     k = min(cap + int(ignore_same_index), longest)
     mode = "index" if order == "index" and x.device.type == "cpu" else "distance"
-    d2, idx = _ball_query(y, x, r, k, query_offsets=yo, points_offsets=xo, order=mode)
+    # The padded (B, max cloud, F) form of the kernel: its local indices are
+    # shifted to global ones on the kept edges only, and equal-sized clouds in
+    # order pad as a view (no copy in, and none of the packed form's copies out).
+    xs, ys = xo - n_x, yo - torch.diff(yo, prepend=yo.new_zeros(1))
+    xp, nx_max = _padded(x, xs, n_x, longest)
+    if same and torch.equal(xo, yo):
+        yp, ny, ny_max = xp, n_x, longest  # one tensor: the kernel's self-query grouping
+    else:
+        ny = yo - ys
+        yp, ny_max = _padded(y, ys, ny, int(ny.max()))
+    B = xo.shape[0]
+    d2, idx = _ball_query(yp, xp, r, k, query_lengths=ny, points_lengths=n_x, order=mode)
+    d2, idx = d2.view(B * ny_max, k), idx.view(B * ny_max, k)
+    slot = torch.arange(ny_max, device=x.device)
+    row_of = (ys[:, None] + slot).view(-1)  # global y row of each padded row (past a cloud's end: unused)
+    shift = xs.repeat_interleave(ny_max)  # its cloud's first x row
     if order == "index" and mode == "distance":
-        big = x.shape[0]
+        big = nx_max
         key, perm = torch.where(idx >= 0, idx, big).sort(dim=1)
         idx, d2 = torch.where(key < big, key, -1), d2.gather(1, perm)
     keep = d2 < r2  # padding slots hold +inf
     if ignore_same_index:
-        keep &= idx != torch.arange(idx.shape[0], device=idx.device)[:, None]
+        keep &= idx != (row_of - shift)[:, None]
     # Only a full row can keep more than ``cap`` (k = cap + 1 when the query
     # itself is skipped) or, in index order, fewer than its ball holds.
     full = (idx[:, -1] >= 0).nonzero().squeeze(1)
@@ -104,14 +119,29 @@ def radius_offsets(x: Tensor, y: Tensor, r: float, xo: Tensor, yo: Tensor, cap: 
             redo = full if mode == "distance" else full[kf.sum(1) < cap]
             if redo.numel():
                 k2 = k if mode == "distance" else min(2 * k, longest)
-                got = _index_order_rows(x, y, r, r2, xo, yo, redo, k2, cap, longest, ignore_same_index)
+                got = _index_order_rows(x, y, r, r2, xo, yo, row_of[redo], k2, cap, longest, ignore_same_index)
+                got = torch.where(got >= 0, got - shift[redo][:, None], -1)  # to local
                 idx.index_copy_(0, redo, torch.cat([got, got.new_full((got.shape[0], k - cap), -1)], 1)
                                 if k > cap else got)
                 keep.index_copy_(0, redo, idx.index_select(0, redo) >= 0)
     flat = keep.view(-1).nonzero().squeeze(1)
-    row = torch.div(flat, k, rounding_mode="floor")
-    col = idx.view(-1).index_select(0, flat)
-    return torch.stack([col, row] if flip else [row, col], 0)
+    prow = torch.div(flat, k, rounding_mode="floor")
+    out = torch.empty(2, flat.shape[0], dtype=torch.long, device=x.device)
+    r_at, c_at = (1, 0) if flip else (0, 1)
+    torch.index_select(row_of, 0, prow, out=out[r_at])
+    torch.index_select(idx.view(-1), 0, flat, out=out[c_at])
+    out[c_at] += shift.index_select(0, prow)
+    return out
+
+
+def _padded(t: Tensor, starts: Tensor, lengths: Tensor, longest: int) -> Tuple[Tensor, int]:
+    """``(rows, F)`` -> ``(B, longest, F)``, cloud b from row ``starts[b]``; a view when the clouds tile ``t``."""
+    B = starts.shape[0]
+    if B * longest == t.shape[0] and bool((lengths == longest).all()):
+        return t.view(B, longest, t.shape[1]), longest
+    slot = torch.arange(longest, device=t.device)
+    rows = (starts[:, None] + slot).clamp_(max=max(t.shape[0] - 1, 0)).view(-1)
+    return t.index_select(0, rows).view(B, longest, t.shape[1]), longest
 
 
 @torch.jit.ignore
