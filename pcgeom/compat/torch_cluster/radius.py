@@ -86,12 +86,13 @@ def radius_offsets(x: Tensor, y: Tensor, r: float, xo: Tensor, yo: Tensor, cap: 
     # shifted to global ones on the kept edges only, and equal-sized clouds in
     # order pad as a view (no copy in, and none of the packed form's copies out).
     xs, ys = xo - n_x, yo - torch.diff(yo, prepend=yo.new_zeros(1))
-    xp, nx_max = _padded(x, xs, n_x, longest)
+    xp, x_tiles = _padded(x, xs, n_x, longest)
     if same and torch.equal(xo, yo):
-        yp, ny, ny_max = xp, n_x, longest  # one tensor: the kernel's self-query grouping
+        yp, ny, ny_max, y_tiles = xp, n_x, longest, x_tiles  # one tensor: the kernel's self-query grouping
     else:
         ny = yo - ys
-        yp, ny_max = _padded(y, ys, ny, int(ny.max()))
+        ny_max = int(ny.max())
+        yp, y_tiles = _padded(y, ys, ny, ny_max)
     B = xo.shape[0]
     d2, idx = _ball_query(yp, xp, r, k, query_lengths=ny, points_lengths=n_x, order=mode)
     d2, idx = d2.view(B * ny_max, k), idx.view(B * ny_max, k)
@@ -99,7 +100,7 @@ def radius_offsets(x: Tensor, y: Tensor, r: float, xo: Tensor, yo: Tensor, cap: 
     row_of = (ys[:, None] + slot).view(-1)  # global y row of each padded row (past a cloud's end: unused)
     shift = xs.repeat_interleave(ny_max)  # its cloud's first x row
     if order == "index" and mode == "distance":
-        big = nx_max
+        big = longest
         key, perm = torch.where(idx >= 0, idx, big).sort(dim=1)
         idx, d2 = torch.where(key < big, key, -1), d2.gather(1, perm)
     keep = d2 < r2  # padding slots hold +inf
@@ -125,23 +126,27 @@ def radius_offsets(x: Tensor, y: Tensor, r: float, xo: Tensor, yo: Tensor, cap: 
                                 if k > cap else got)
                 keep.index_copy_(0, redo, idx.index_select(0, redo) >= 0)
     flat = keep.view(-1).nonzero().squeeze(1)
-    prow = torch.div(flat, k, rounding_mode="floor")
     out = torch.empty(2, flat.shape[0], dtype=torch.long, device=x.device)
     r_at, c_at = (1, 0) if flip else (0, 1)
-    torch.index_select(row_of, 0, prow, out=out[r_at])
+    if y_tiles:  # padded row = global y row
+        prow = torch.div(flat, k, rounding_mode="floor", out=out[r_at])
+    else:
+        prow = torch.div(flat, k, rounding_mode="floor")
+        torch.index_select(row_of, 0, prow, out=out[r_at])
     torch.index_select(idx.view(-1), 0, flat, out=out[c_at])
     out[c_at] += shift.index_select(0, prow)
     return out
 
 
-def _padded(t: Tensor, starts: Tensor, lengths: Tensor, longest: int) -> Tuple[Tensor, int]:
-    """``(rows, F)`` -> ``(B, longest, F)``, cloud b from row ``starts[b]``; a view when the clouds tile ``t``."""
+def _padded(t: Tensor, starts: Tensor, lengths: Tensor, longest: int) -> Tuple[Tensor, bool]:
+    """``(rows, F)`` -> ``(B, longest, F)``, cloud b from row ``starts[b]``, and whether the clouds tile ``t``
+    (then the result is a view)."""
     B = starts.shape[0]
     if B * longest == t.shape[0] and bool((lengths == longest).all()):
-        return t.view(B, longest, t.shape[1]), longest
+        return t.view(B, longest, t.shape[1]), True
     slot = torch.arange(longest, device=t.device)
     rows = (starts[:, None] + slot).clamp_(max=max(t.shape[0] - 1, 0)).view(-1)
-    return t.index_select(0, rows).view(B, longest, t.shape[1]), longest
+    return t.index_select(0, rows).view(B, longest, t.shape[1]), False
 
 
 @torch.jit.ignore
