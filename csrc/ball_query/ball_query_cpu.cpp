@@ -180,17 +180,23 @@ void prepare_index_order_cloud(const A* qb, int64_t Mq, const A* pb, int64_t L, 
 template <int D, typename A>
 void index_order_tree(const A* q, const A* p, const int64_t* ql, const int64_t* pl, int64_t B,
                       int64_t M, int64_t N, int64_t K, A r2, A* od, int64_t* oi) {
-  // Every row starts as padding: rows past a cloud's query length, queries
-  // with a NaN/inf coordinate and clouds without a finite point keep it.
-  for (int64_t e = 0; e < B * M * K; ++e) {
-    oi[e] = -1;
-    od[e] = pos_inf<A>();
-  }
   std::vector<IndexOrderCloud<D, A>> clouds(B);
   const int64_t threads = std::max<int64_t>(1, torch::stable::get_num_threads());
   auto prep = [&](int64_t b, bool parallel) {
     const int64_t Mq = pl[b] > 0 ? ql[b] : 0;
-    prepare_index_order_cloud<D, A>(q + b * M * D, Mq, p + b * N * D, pl[b], parallel, clouds[b]);
+    IndexOrderCloud<D, A>& c = clouds[b];
+    prepare_index_order_cloud<D, A>(q + b * M * D, Mq, p + b * N * D, pl[b], parallel, c);
+    // The rows no group searches are padding: past the query length, a
+    // NaN/inf query, a cloud without a finite point.
+    std::vector<char> searched(M, 0);
+    for (const int32_t m : c.order) searched[m] = 1;
+    for (int64_t m = 0; m < M; ++m) {
+      if (searched[m]) continue;
+      for (int64_t s = 0; s < K; ++s) {
+        oi[(b * M + m) * K + s] = -1;
+        od[(b * M + m) * K + s] = pos_inf<A>();
+      }
+    }
   };
   if (B >= threads) {
     pcgeom::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
