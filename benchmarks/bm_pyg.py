@@ -143,7 +143,8 @@ def _torch_cluster_problem(folder: str | None) -> str | None:
     proc = subprocess.run([sys.executable, "-c", "import torch_cluster, sys; sys.stdout.write(torch_cluster.__file__)"],
                           env=env, capture_output=True, text=True, cwd=tempfile.gettempdir())
     if proc.returncode != 0:
-        return f"`import torch_cluster` from {folder} failed: {proc.stderr.strip().splitlines()[-1:]}"
+        last = proc.stderr.strip().splitlines()[-1:] or ["no message"]
+        return f"`import torch_cluster` from {folder} failed: {last[0]}"
     if not proc.stdout.startswith(folder.rstrip("/")):
         return f"`import torch_cluster` with {folder} first on the path found {proc.stdout} instead"
     return None
