@@ -160,6 +160,36 @@ def test_index_order_native_equals_reference():
         assert torch.equal(a.idx, b[1]) and torch.equal(a.dist2, b[0])
 
 
+@pytest.mark.parametrize("path", ["auto", "tree"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_index_order_through_the_tree(monkeypatch, path, dtype):
+    # Where the CPU plan picks the KD-tree, order="index" collects each
+    # query's whole ball in a tree and sorts it by index (balls past 16 k
+    # points: the scan): every route must give the scan's answer.  Sparse balls
+    # (fewer than k points), full ones, a pile of duplicates, NaN points,
+    # ragged lengths; the points themselves as queries (grouped by tree leaf)
+    # and other queries (grouped by home leaf).
+    if not pcgeom.backend_info()["extension_loaded"]:
+        pytest.skip("native library not loaded")
+    monkeypatch.setenv("PCGEOM_CPU_KNN_PATH", path)
+    g = torch.Generator().manual_seed(19)
+    p = torch.rand(2, 3000, 3, generator=g, dtype=torch.float64)
+    p[0, 100:400] = p[0, 7]
+    p[1, 2900:] = p[1, 2899] * 0.5
+    p[:, 50:60] = float("nan")
+    p = p.to(dtype)
+    acc = np.float32 if dtype == torch.float32 else np.float64
+    for q, ql in ((p[:, :600].contiguous(), torch.tensor([600, 450])), (p, torch.tensor([3000, 800]))):
+        pl = torch.tensor([3000, 2950])
+        code = torch.ops.pcgeom._knn_cpu_plan(q, p, 8, ql, pl)
+        assert code.tolist() == [1, 1]  # the tree serves both clouds
+        for r, k in ((0.04, 8), (0.1, 12), (0.15, 40)):
+            dist2, idx = pcgeom.ball_query(q, p, r, k, query_lengths=ql, points_lengths=pl, order="index")
+            od, oi = _index_order_oracle(q, p, r, k, ql, pl, acc=acc)
+            np.testing.assert_array_equal(idx.numpy(), oi)
+            np.testing.assert_array_equal(dist2.numpy(), od)
+
+
 @pytest.mark.slow
 def test_index_order_opcheck_and_compile(device):
     q = random_cloud(2, 5, device=device).requires_grad_()
