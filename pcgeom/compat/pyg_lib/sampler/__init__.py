@@ -121,12 +121,18 @@ def random_walk(rowptr: Tensor, col: Tensor, seed: Tensor, walk_length: int, p: 
                 q: float = 1.0) -> Tensor:
     """Random walks of ``walk_length`` steps from every node of ``seed``.
 
-    ``p == q == 1``: pyg-lib's CUDA walk on every device -- draws ``u =
+    ``p == q == 1`` follows pyg-lib's kernel of the device, draw for draw from
+    torch's generator.  On CPU, pyg-lib's CPU walk: seed after seed, a step
+    from a node of out-degree ``d`` takes ``chunk % d`` of the 128-word blocks
+    its random engine prefetches with ``torch.randint`` (pyg-lib's one-thread
+    order; pyg-lib splits many seeds across racing threads, which no run
+    reproduces).  On other devices, pyg-lib's CUDA walk: ``u =
     torch.rand(walk_length, S)`` (float32, on ``seed``'s device), step ``j`` of
-    walk ``i`` takes out-edge ``trunc(u[j, i] * deg)``; a node without
-    out-edges repeats itself.  Otherwise node2vec's biased walk (return weight
-    ``1/p``, in-out weight ``1/q``) by rejection sampling from torch's
-    generator; pyg-lib 0.8 refuses ``p, q != 1``.
+    walk ``i`` takes out-edge ``trunc(u[j, i] * deg)``.  A node without
+    out-edges repeats itself (and draws nothing).  ``p`` or ``q != 1``:
+    node2vec's biased walk (return weight ``1/p``, in-out weight ``1/q``) by
+    rejection sampling from torch's generator on every device; pyg-lib 0.8
+    refuses it.
 
     Args:
         rowptr: int32/int64 ``(N + 1,)`` CSR row pointer.
