@@ -27,6 +27,32 @@ def test_knn_edges_are_nearest_first_ties_to_lower_index(tc):
     assert ei.tolist() == [[0, 0, 0, 1, 1], [0, 1, 2, 5, 4]]
 
 
+@pytest.mark.parametrize("k", [1, 4, 9, 12])
+@pytest.mark.parametrize("cosine", [False, True])
+def test_knn_one_cloud_equals_brute_force_and_the_batched_form(tc, k, cosine):
+    # One cloud takes its own (static-shape) path: it must give the float64 brute force's edges (nearest first,
+    # ties to the lower index; k > N keeps the N there are), as the batched form does. Duplicates, lattice ties
+    # and a NaN point (ranked last, never dropped) included.
+    g = torch.Generator().manual_seed(k)
+    x = torch.randint(0, 3, (9, 2), generator=g).double()
+    x[4] = x[1]
+    x[7] = float("nan")
+    y = torch.cat([x[:3], torch.rand(4, 2, generator=g, dtype=torch.float64)])
+    got = tc.knn(x, y, k, cosine=cosine)
+    batched = tc.knn(x, y, k, torch.zeros(9, dtype=torch.long), torch.zeros(7, dtype=torch.long), cosine=cosine)
+    assert got.tolist() == batched.tolist()
+    xs, ys = (x / x.norm(dim=1, keepdim=True).clamp_min(1e-12), y / y.norm(dim=1, keepdim=True).clamp_min(1e-12)) \
+        if cosine else (x, y)
+    rows, cols = [], []
+    for i in range(len(ys)):
+        d = ((xs - ys[i]) ** 2).sum(1)
+        d = torch.where(torch.isnan(d), torch.inf, d)
+        order = sorted(range(len(xs)), key=lambda j: (d[j].item(), j))[: min(k, len(xs))]
+        rows += [i] * len(order)
+        cols += order
+    assert got.tolist() == [rows, cols]
+
+
 def _radius_oracle(x, y, r, cap, order, bx=None, by=None, ignore_same_index=False):
     """float64 (or float32, emulated) brute force of torch_cluster's radius: ``dist2 < r*r`` with ``r*r``
     rounded to the input dtype; ``order="index"``: the first ``cap`` in index order (the CUDA kernel),

@@ -192,7 +192,18 @@ COMPOSITES = {
                    (_rand(30, 3), torch.tensor([10, 30])), (_rand(31, 3), torch.tensor([3, 12, 31])), True),
     "knn_graph": (lambda x: pcgeom.knn_graph(x, 3), (_rand(20, 3),), (_rand(25, 3),), True),
     "radius_graph": (lambda x: pcgeom.radius_graph(x, 0.3), (_rand(20, 3),), (_rand(25, 3),), True),
+    # torch_cluster's knn for one cloud (PyG's DynamicEdgeConv with batch=None): static edge counts, also where
+    # a new cloud has fewer points than k (6 points, k=8) or queries outnumber points.
+    "torch_cluster_knn": (lambda x, y: _tc_knn(x, y, 8), (_rand(20, 3), _rand(12, 3)),
+                          (_rand(6, 3), _rand(15, 3)), True),
+    "torch_cluster_self_knn": (lambda x: _tc_knn(x, x, 5), (_rand(20, 3),), (_rand(33, 3),), True),
 }
+
+
+def _tc_knn(x, y, k, batch_x=None, batch_y=None):
+    from pcgeom.compat.torch_cluster import knn
+
+    return knn(x, y, k, batch_x, batch_y)
 
 
 @pytest.mark.parametrize("name", list(COMPOSITES))
@@ -219,6 +230,12 @@ def test_graph_with_batch_vector_refused():
     with pytest.raises(pxo.ExportError, match="knn_graph.*batch=.*query_offsets"):
         pxo.export(_Fn(lambda x, b: pcgeom.knn_graph(x, 3, batch=b)),
                    (torch.rand(20, 3), torch.tensor([0] * 8 + [1] * 12)))
+
+
+def test_torch_cluster_knn_with_batch_vectors_refused_by_name():
+    b = torch.tensor([0] * 8 + [1] * 12)
+    with pytest.raises(pxo.ExportError, match="torch_cluster's knn.*batch_x.*batch=None.*query_offsets"):
+        pxo.export(_Fn(lambda x, b: _tc_knn(x, x, 3, b, b)), (torch.rand(20, 3), b))
 
 
 def test_dynamic_coordinate_axis_refused():

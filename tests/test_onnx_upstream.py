@@ -1,7 +1,9 @@
 """Unchanged upstream models export through pcgeom's shims and give the same answers in onnxruntime.
 
-Pointnet2_PyTorch's SSG classifier and Point-MAE's ``Group`` + ``Encoder``
-(vendored in tests/upstream, see its README) are exported with
+Pointnet2_PyTorch's SSG classifier, Point-MAE's ``Group`` + ``Encoder`` and
+PyG's DGCNN example (for one cloud per call; PyG 2.5.3 from the ``test``
+extra, through the torch_cluster stand-in) (vendored in tests/upstream, see
+its README) are exported with
 :func:`pcgeom.onnx.export` after ``pcgeom.compat.enable_shims()``, checked
 with ``onnx.checker.check_model(full_check=True)``, and run in onnxruntime on
 shapes other than the export's: Point-MAE's centres and neighbourhoods equal
@@ -23,7 +25,7 @@ pytestmark = pytest.mark.slow  # two model exports and onnxruntime runs at 1024-
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "upstream")
 
-CASES = {"point_mae": "point_mae", "pointnet2_cls": "pointnet2_pytorch"}
+CASES = {"point_mae": "point_mae", "pointnet2_cls": "pointnet2_pytorch", "pyg_dgcnn": "pyg/examples"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -151,6 +151,13 @@ _DATA_DEPENDENT = {
         "trace; export with batch=None (one cloud per call), or pass the clouds packed and search with "
         "pcgeom.knn(x, x, k, query_offsets=offsets, points_offsets=offsets), which exports"
     ),
+    ("compat/torch_cluster/_common.py", "count_clouds"): (
+        "pcgeom.onnx: torch_cluster's knn / radius / knn_graph / radius_graph (and PyG layers that call them, "
+        "such as DynamicEdgeConv) with batch_x / batch_y / batch vectors cannot be exported: the number of "
+        "clouds is read from the batch vector's values, a branch on data that torch.export cannot trace; "
+        "export the model for one cloud per call (batch=None, which exports with static edge counts), or "
+        "search packed clouds with pcgeom.knn(y, x, k, query_offsets=..., points_offsets=...), which exports"
+    ),
 }
 
 

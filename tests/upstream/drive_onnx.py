@@ -1,6 +1,6 @@
 """Exports unchanged upstream models through pcgeom's shims to ONNX and runs them in onnxruntime.
 
-    python drive_onnx.py point_mae|pointnet2_cls [out.onnx]
+    python drive_onnx.py point_mae|pointnet2_cls|pyg_dgcnn [out.onnx]
 
 Called by tests/test_onnx_upstream.py in a fresh interpreter whose working
 directory is the vendored repository's root (as drive.py).  The upstream files
@@ -157,7 +157,67 @@ def pointnet2_cls(path=None, shapes=((3, 1024), (1, 1500), (2, 600))):
             f"{worst:.2g} on {list(shapes)}")
 
 
-CASES = {"point_mae": point_mae, "pointnet2_cls": pointnet2_cls}
+def pyg_dgcnn(path=None, sizes=(1024, 700, 20, 12)):
+    """PyG's DGCNN example (``DynamicEdgeConv`` over torch_cluster's knn) for one cloud per call.
+
+    PyG's model reads ``data.pos`` / ``data.batch``; one cloud is a ``Data``
+    without ``batch``, as PyG builds it, which the stand-in's knn serves with
+    static edge counts.  A ``batch`` vector (several clouds per call) is refused
+    at export time by name.
+    """
+    # tests/upstream/torch_cluster (torch_cluster's own tests, a package of that name) must not shadow the
+    # shim: this folder is on sys.path twice (the script's own folder, and inserted above)
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
+    from dgcnn_classification import Net
+    from torch_geometric.data import Data
+
+    import torch_cluster
+    assert torch_cluster.__pcgeom_shim__
+
+    class OneCloud(torch.nn.Module):
+        def __init__(self, net):
+            super().__init__()
+            self.net = net
+
+        def forward(self, pos):
+            return self.net(Data(pos=pos))
+
+    class Batched(torch.nn.Module):
+        def __init__(self, net):
+            super().__init__()
+            self.net = net
+
+        def forward(self, pos, batch):
+            return self.net(Data(pos=pos, batch=batch))
+
+    torch.manual_seed(0)
+    net = Net(10, k=20).eval()
+    randomize_batchnorm(net, 4)
+    model = OneCloud(net).eval()
+    sess, seconds, size = export_and_session(model, cloud(1, 512, 5)[0], path)
+    name = sess.get_inputs()[0].name
+    worst = 0.0
+    for i, n in enumerate(sizes):
+        pos = cloud(1, n, 30 + i)[0]
+        (logits,) = sess.run(None, {name: pos.numpy()})
+        with torch.no_grad():
+            want = model(pos)
+        worst = max(worst, close(logits, want, f"DGCNN log-probabilities N={n}"))
+        same(logits.argmax(-1), want.argmax(-1), f"DGCNN classes N={n}")
+    pos = cloud(1, 64, 40)[0]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pcgeom.onnx.export(Batched(net).eval(), (pos, torch.arange(2).repeat_interleave(32)), None)
+    except pcgeom.onnx.ExportError as exc:
+        assert "DynamicEdgeConv" in str(exc) and "batch=None" in str(exc), str(exc)
+    else:
+        raise AssertionError("a DGCNN with a batch vector exported; it must be refused by name")
+    return (f"pyg_dgcnn: PyG's DGCNN exported in {seconds:.1f} s ({size / 1e6:.1f} MB); log-probabilities within "
+            f"{worst:.2g} on N={list(sizes)}; a batch vector is refused by name")
+
+
+CASES = {"point_mae": point_mae, "pointnet2_cls": pointnet2_cls, "pyg_dgcnn": pyg_dgcnn}
 
 if __name__ == "__main__":
     out = sys.argv[2] if len(sys.argv) > 2 else None

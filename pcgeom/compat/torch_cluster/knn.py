@@ -26,11 +26,34 @@ def knn_offsets(x: Tensor, y: Tensor, k: int, xo: Tensor, yo: Tensor, cosine: bo
     return torch.stack([row[keep], idx[keep]], 0)
 
 
+def one_cloud_knn(x: Tensor, y: Tensor, k: int, cosine: bool) -> Tensor:
+    """``knn_offsets`` for one cloud: every one of the first ``min(k, N)`` slots holds a point.
+
+    The padded op leaves no ``-1`` in one cloud of ``N >= min(k, N)`` points
+    (NaN points keep their indices, ranked last), so the edge list is the index
+    matrix read row by row -- the same edges as the masked packed form, with a
+    size known from the shapes alone, which is what lets a traced or exported
+    model (PyG's ``DynamicEdgeConv`` on one cloud) carry on with static shapes.
+    """
+    x, y = as_float(as_2d(x)), as_float(as_2d(y))
+    if y.dtype != x.dtype:
+        y = y.to(x.dtype)
+    if cosine:
+        x, y = normalise(x), normalise(y)
+    _, idx = _knn(y.contiguous()[None], x.contiguous()[None], k)
+    # sym_min, not min: traced, the point count is symbolic and a Python min would fix the example's value
+    idx = idx[0, :, : torch.sym_min(k, x.shape[0])]
+    row = torch.arange(idx.shape[0], device=idx.device)[:, None].expand_as(idx)
+    return torch.stack([row.reshape(-1), idx.reshape(-1)], 0)
+
+
 @torch.jit.ignore
 def _knn_impl(x: Tensor, y: Tensor, k: int, batch_x: Optional[Tensor], batch_y: Optional[Tensor],
               cosine: bool, batch_size: Optional[int]) -> Tensor:
     if x.numel() == 0 or y.numel() == 0:
         return empty_edges(x.device)
+    if batch_x is None and batch_y is None and batch_size in (None, 1):
+        return one_cloud_knn(x, y, k, cosine)
     x, y = as_2d(x), as_2d(y)
     B = count_clouds(batch_x, batch_y, batch_size)
     xo = cloud_offsets("knn", "batch_x", batch_x, x.shape[0], x.device, B)
