@@ -238,6 +238,13 @@ def test_torch_cluster_knn_with_batch_vectors_refused_by_name():
         pxo.export(_Fn(lambda x, b: _tc_knn(x, x, 3, b, b)), (torch.rand(20, 3), b))
 
 
+def test_pointgpt_order_refuses_with_a_clear_error():
+    from pcgeom.grouping import pointgpt_order
+
+    with pytest.raises(pxo.ExportError, match="pointgpt_order.*cannot be exported.*outside"):
+        pxo.export(_Fn(pointgpt_order), (torch.rand(2, 8, 3),))
+
+
 def test_dynamic_coordinate_axis_refused():
     d = torch.export.Dim.DYNAMIC
     with pytest.raises(pxo.ExportError, match="knn.*query in dimension 2.*static"):
@@ -272,8 +279,12 @@ def test_the_registry_names_every_translation():
     from pcgeom.onnx.translations import PYTHON_OP_TRANSLATIONS
     from pcgeom.ops.registry import PYTHON_OP_ONNX
 
-    assert set(PYTHON_OP_ONNX) == set(PYTHON_OP_TRANSLATIONS) == {"pcgeom_grouping::pointnet2_fps"}
-    assert table[torch.ops.pcgeom_grouping.pointnet2_fps.default] is PYTHON_OP_TRANSLATIONS["pcgeom_grouping::pointnet2_fps"]
+    assert set(PYTHON_OP_ONNX) == set(PYTHON_OP_TRANSLATIONS) == {"pcgeom_grouping::pointnet2_fps",
+                                                                  "pcgeom_grouping::pointgpt_order"}
+    for qualname, fn in PYTHON_OP_TRANSLATIONS.items():
+        namespace, name = qualname.split("::")
+        assert PYTHON_OP_ONNX[qualname] == f"pcgeom.onnx.translations:{fn.__name__}"
+        assert table[getattr(getattr(torch.ops, namespace), name).default] is fn
 
 
 def _pointnet2_cloud(g, B, N, levels):

@@ -66,7 +66,8 @@ def translation_table() -> dict:
     ``farthest_point_sample``, ``pca_normals`` -- the last one raises
     :class:`ExportError`: see the guide), the Python custom ops the stand-ins
     trace through (``pcgeom_grouping::pointnet2_fps``, pointnet2's FPS with its
-    kernel's tie order; ``registry.PYTHON_OP_ONNX``), plus ``aten.searchsorted`` (used by
+    kernel's tie order; ``pcgeom_grouping::pointgpt_order`` raises
+    :class:`ExportError`; ``registry.PYTHON_OP_ONNX``), plus ``aten.searchsorted`` (used by
     the packed layout; torch's exporter has no translation for it).
     """
     import importlib

@@ -409,6 +409,23 @@ def pca_normals_translation(points, idx):
     )
 
 
+def pointgpt_order_translation(centers):
+    """``pcgeom_grouping::pointgpt_order`` is not exported: raises :class:`ExportError`.
+
+    PointGPT's chain ranks centres by ``torch.cdist``, whose distances come
+    from a matrix product for larger inputs (``|a|^2 + |b|^2 - 2ab``, rounded
+    differently from the summed squared differences ONNX would compute), and
+    every step depends on the previous choice: a close-but-different distance
+    would reorder the whole chain.  The export stops rather than write a file
+    whose patch order can differ from PyTorch's.
+    """
+    raise ExportError(
+        "pcgeom.onnx: pointgpt_order (pcgeom.grouping.pointgpt_order, PointGPT's patch order) cannot be exported: "
+        "its greedy chain over torch.cdist distances has no exact standard-ONNX form; compute the order outside "
+        "the exported module (after grouping) and pass it in, or export the part of the model after the ordering"
+    )
+
+
 def searchsorted_translation(sorted_sequence, self, *, out_int32: bool = False, right: bool = False,
                              side=None, sorter=None):
     """``aten::searchsorted`` (torchlib has none): the packed layout maps offsets to clouds with it.
@@ -446,4 +463,5 @@ TRANSLATIONS = {
 #: the op registry's PYTHON_OP_ONNX names these.
 PYTHON_OP_TRANSLATIONS = {
     "pcgeom_grouping::pointnet2_fps": pointnet2_fps_translation,
+    "pcgeom_grouping::pointgpt_order": pointgpt_order_translation,
 }

@@ -98,9 +98,11 @@ OPS: tuple[OpEntry, ...] = (
 #: ONNX translations of the Python custom ops (``torch.library.custom_op``) that pcgeom defines outside
 #: the ``pcgeom`` library and that a model's forward can reach: ``"namespace::name" -> "module:function"``.
 #: pointnet2's FPS with its CUDA kernel's tie order, which the pointnet2_ops / Point-MAE / PointWeb stand-ins
-#: run while being traced.  ``pcgeom_grouping::pointgpt_order`` has none (a data-dependent Python loop).
+#: run while being traced; ``pcgeom_grouping::pointgpt_order``'s translation refuses it by name (its greedy
+#: chain over ``torch.cdist`` distances has no exact ONNX form).
 PYTHON_OP_ONNX: dict[str, str] = {
     "pcgeom_grouping::pointnet2_fps": f"{_ONNX}:pointnet2_fps_translation",
+    "pcgeom_grouping::pointgpt_order": f"{_ONNX}:pointgpt_order_translation",
 }
 
 BY_NAME: dict[str, OpEntry] = {e.name: e for e in OPS}
