@@ -15,7 +15,7 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(os.path.dirname(__
 
 # tests/upstream/pyg is driven by tests/test_pyg.py in its own interpreters (one per PyG version); the main run
 # must not even import its conftest.py, which would shadow this module as `conftest` for `from conftest import ...`.
-collect_ignore = ["upstream/pyg"]
+collect_ignore = ["upstream/pyg", "upstream/pyg28"]
 
 # The op suite (`-m ops`: run a second time on the pure-torch path by scripts/test.sh) is marked in each
 # file by `pytestmark = pytest.mark.ops`; nothing here lists files.
