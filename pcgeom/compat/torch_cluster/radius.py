@@ -200,7 +200,7 @@ def radius(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor] = None, bat
         >>> radius(x, x[:1], 1.0, max_num_neighbors=2, order="distance").tolist()
         [[0, 0], [0, 2]]
     """
-    return _radius_impl(x, y, r, batch_x, batch_y, max_num_neighbors, batch_size, ignore_same_index, order)
+    return _radius_impl(x, y, r, batch_x, batch_y, max_num_neighbors, batch_size, ignore_same_index, order, False)
 
 
 @torch.jit.ignore
