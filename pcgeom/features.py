@@ -110,17 +110,7 @@ def group_features(points, centers, idx, features=None, *, use_points=True) -> t
     if idx.shape[0] != B or idx.shape[1] != S:
         raise ValueError(f"{fn}: idx must have shape (B, S, k) = ({B}, {S}, k) like centers, got {V.shape_str(idx)}")
     if features is not None:
-        V.check_tensor(fn, "features", features, 3, "(B, N, C)")
-        if features.shape[0] != B or features.shape[1] != points.shape[1]:
-            raise ValueError(
-                f"{fn}: features must have shape (B, N, C) = ({B}, {points.shape[1]}, C) like points, "
-                f"got {V.shape_str(features)}"
-            )
-        if features.dtype != points.dtype or features.device != points.device:
-            raise TypeError(
-                f"{fn}: features must have the dtype and device of points ({points.dtype}, {points.device}), "
-                f"got {features.dtype}, {features.device}"
-            )
+        _check_features_like_points(fn, features, points)
     elif not use_points:
         raise ValueError(f"{fn}: use_points=False needs features (nothing would be grouped)")
     parts = []
@@ -133,6 +123,19 @@ def group_features(points, centers, idx, features=None, *, use_points=True) -> t
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
 
+def _check_features_like_points(fn: str, features, points) -> None:
+    # Both ops read one C-vector per point: (B, N, C) with points' B, N, dtype and device (points already checked).
+    V.check_tensor(fn, "features", features, 3, "(B, N, C)")
+    if features.shape[0] != points.shape[0] or features.shape[1] != points.shape[1]:
+        raise ValueError(
+            f"{fn}: features must have shape (B, N, C) = ({points.shape[0]}, {points.shape[1]}, C) like points, "
+            f"got {V.shape_str(features)}"
+        )
+    if features.dtype != points.dtype or features.device != points.device:
+        raise TypeError(
+            f"{fn}: features must have the dtype and device of points ({points.dtype}, {points.device}), "
+            f"got {features.dtype}, {features.device}"
+        )
 
 
 def interpolate_features(query, points, features, k=3, *, eps=1e-8, points_lengths=None) -> torch.Tensor:
@@ -177,17 +180,7 @@ def interpolate_features(query, points, features, k=3, *, eps=1e-8, points_lengt
     V.check_points(fn, "query", query, "(B, M, D)")
     V.check_points(fn, "points", points, "(B, N, D)")
     V.check_pair(fn, "query", query, "points", points)
-    V.check_tensor(fn, "features", features, 3, "(B, N, C)")
-    if features.shape[0] != points.shape[0] or features.shape[1] != points.shape[1]:
-        raise ValueError(
-            f"{fn}: features must have shape (B, N, C) = ({points.shape[0]}, {points.shape[1]}, C) like points, "
-            f"got {V.shape_str(features)}"
-        )
-    if features.dtype != points.dtype or features.device != points.device:
-        raise TypeError(
-            f"{fn}: features must have the dtype and device of points ({points.dtype}, {points.device}), "
-            f"got {features.dtype}, {features.device}"
-        )
+    _check_features_like_points(fn, features, points)
     k = V.check_int(fn, "k", k, minimum=1)
     eps = V.check_float(fn, "eps", eps)
     if not eps > 0:

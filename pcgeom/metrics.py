@@ -172,10 +172,7 @@ def add_s(pred_R, pred_t, gt_R, gt_t, model_points, *, model_lengths=None) -> to
         ``(B,)`` ADD-S per pose (0-dim for unbatched input); differentiable
         w.r.t. the poses (the nearest-point choice itself carries no gradient).
 
-    Raises:
-        ValueError: rotations not ``(B, 3, 3)``, translations not ``(B, 3)``, model points neither ``(Nm, 3)`` nor
-            ``(B, Nm, 3)`` with ``Nm >= 1``, inputs on different devices, bad ``model_lengths``.
-        TypeError: inputs that are not floating tensors or differ in dtype.
+    Raises: as :func:`add` (the same checks).
 
     Example:
         >>> import torch
@@ -335,9 +332,9 @@ def accuracy(distances, threshold) -> torch.Tensor:
         0-dim float64 tensor in ``[0, 1]``.
 
     Raises:
-        ValueError: ``distances`` not a non-empty 1-D tensor of errors >= 0, or a bad threshold (``threshold`` /
-            ``diameter`` of the wrong shape, ``fraction < 0``, ``max_distance <= 0``).
-        TypeError: ``distances`` or the threshold not a number, sequence or tensor.
+        ValueError: ``distances`` not a non-empty 1-D tensor of errors >= 0, or a ``threshold`` tensor
+            that is neither 0-dim nor of shape ``(N,)``.
+        TypeError: ``distances`` not a sequence or tensor, or ``threshold`` not a number or tensor.
 
     Example:
         >>> import torch
@@ -375,9 +372,11 @@ def add_accuracy(distances, diameter, fraction: float = 0.1) -> torch.Tensor:
         0-dim float64 tensor in ``[0, 1]``.
 
     Raises:
-        ValueError: ``distances`` not a non-empty 1-D tensor of errors >= 0, or a bad threshold (``threshold`` /
-            ``diameter`` of the wrong shape, ``fraction < 0``, ``max_distance <= 0``).
-        TypeError: ``distances`` or the threshold not a number, sequence or tensor.
+        ValueError: ``distances`` not a non-empty 1-D tensor of errors >= 0, ``fraction < 0``, or a
+            ``diameter`` tensor that is neither 0-dim nor of shape ``(N,)`` (named ``threshold`` in the message,
+            as :func:`accuracy` checks it).
+        TypeError: ``distances`` not a sequence or tensor, ``diameter`` not a number or tensor, or ``fraction``
+            not a number.
 
     Example:
         >>> import torch
@@ -412,9 +411,8 @@ def accuracy_curve(distances, max_distance: float = 0.1):
         ``(thresholds (K + 2,), accuracies (K + 2,))`` float64 tensors.
 
     Raises:
-        ValueError: ``distances`` not a non-empty 1-D tensor of errors >= 0, or a bad threshold (``threshold`` /
-            ``diameter`` of the wrong shape, ``fraction < 0``, ``max_distance <= 0``).
-        TypeError: ``distances`` or the threshold not a number, sequence or tensor.
+        ValueError: ``distances`` not a non-empty 1-D tensor of errors >= 0, or ``max_distance <= 0``.
+        TypeError: ``distances`` not a sequence or tensor, or ``max_distance`` not a number.
 
     Example:
         >>> import torch
@@ -468,10 +466,7 @@ def auc(distances, max_distance: float = 0.1) -> torch.Tensor:
     Returns:
         0-dim float64 tensor in ``[0, 1]`` (multiply by 100 for the tables' numbers).
 
-    Raises:
-        ValueError: ``distances`` not a non-empty 1-D tensor of errors >= 0, or a bad threshold (``threshold`` /
-            ``diameter`` of the wrong shape, ``fraction < 0``, ``max_distance <= 0``).
-        TypeError: ``distances`` or the threshold not a number, sequence or tensor.
+    Raises: as :func:`accuracy_curve` (the same curve, the same checks).
 
     Example:
         >>> import torch

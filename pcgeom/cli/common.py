@@ -118,3 +118,19 @@ def plan_outputs(fn: str, out, files):
     except NotADirectoryError as exc:
         return str(exc)
     return InputGuard(src for src, _ in files)
+
+
+def start_file_run(cmd: str, inputs, out):
+    """What group and preprocess do before their first file: collect the inputs, plan the outputs.
+
+    Returns ``(files, failures, guard)`` (:func:`collect_inputs`, :func:`plan_outputs`), or the lines to
+    print on stderr before exiting with status 1: why ``out`` cannot be written, or each input that failed
+    and that there is no PLY file to process.
+    """
+    files, failures = collect_inputs(inputs, out)
+    guard = plan_outputs(cmd, out, files)
+    if isinstance(guard, str):
+        return [guard]
+    if not files:
+        return [f"{cmd}: {name}: {why}" for name, why in failures] + [f"{cmd}: no PLY files to process"]
+    return files, failures, guard

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import sys
 
-from pcgeom.cli.common import (backend_line, collect_inputs, failure, labelled_colors, patch_labels,
-                               pick_device, plan_outputs, positive_int)
+from pcgeom.cli.common import (backend_line, failure, labelled_colors, patch_labels, pick_device, positive_int,
+                               start_file_run)
 
 HELP = "group PLY files into patches (FPS + KNN); write coloured PLYs, tensors and optional PNGs"
 DESCRIPTION = (
@@ -169,16 +169,12 @@ def _group_ranked(args, rank: int, world: int, local_rank: int, resume: bool) ->
             say(f'pcgeom group: --renderer open3d needs Open3D: pip install "pcgeom[vis]" ({exc})', err=True)
             return 1
     out = Path(args.out)
-    files, failures = collect_inputs(args.inputs, out)
-    guard = plan_outputs("pcgeom group", out, files)
-    if isinstance(guard, str):
-        say(guard, err=True)
+    start = start_file_run("pcgeom group", args.inputs, out)
+    if isinstance(start, list):
+        for line in start:
+            say(line, err=True)
         return 1
-    if not files:
-        for name, why in failures:
-            say(f"pcgeom group: {name}: {why}", err=True)
-        say("pcgeom group: no PLY files to process", err=True)
-        return 1
+    files, failures, guard = start
     # Plan every file on every rank (same inputs, same order), so output collisions are found
     # across the whole input list, then process this rank's share.
     seen: dict[Path, Path] = {}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pcgeom.cli.common import backend_line, collect_inputs, failure, pick_device, plan_outputs, positive_int
+from pcgeom.cli.common import backend_line, failure, pick_device, positive_int, start_file_run
 
 HELP = "voxel-subsample, remove outliers from and estimate normals of PLY files"
 DESCRIPTION = (
@@ -124,16 +124,12 @@ def run(args) -> int:
         return 2
     device = pick_device(args.device)
     out = Path(args.out)
-    files, failures = collect_inputs(args.inputs, out)
-    guard = plan_outputs("pcgeom preprocess", out, files)
-    if isinstance(guard, str):
-        print(guard, file=sys.stderr)
+    start = start_file_run("pcgeom preprocess", args.inputs, out)
+    if isinstance(start, list):
+        for line in start:
+            print(line, file=sys.stderr)
         return 1
-    if not files:
-        for name, why in failures:
-            print(f"pcgeom preprocess: {name}: {why}", file=sys.stderr)
-        print("pcgeom preprocess: no PLY files to process", file=sys.stderr)
-        return 1
+    files, failures, guard = start
     seen: dict = {}
     done = n_in = n_out = 0
     for src, stem in tqdm(files, desc="preprocessing", unit="file", disable=None, file=sys.stderr):

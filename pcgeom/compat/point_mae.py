@@ -146,7 +146,20 @@ def _drop_zero_points(xyz1, xyz2, ignore_zeros):
     return xyz1, xyz2
 
 
-class ChamferDistanceL2(nn.Module):
+class _ChamferDistance(nn.Module):
+    # The two originals differ only in the distance they average; ``_kind`` is pcgeom.chamfer_distance's ``kind``.
+    _kind: str
+
+    def __init__(self, ignore_zeros: bool = False):
+        super().__init__()
+        self.ignore_zeros = ignore_zeros
+
+    def forward(self, xyz1: torch.Tensor, xyz2: torch.Tensor) -> torch.Tensor:
+        xyz1, xyz2 = _drop_zero_points(xyz1, xyz2, self.ignore_zeros)
+        return chamfer_distance(xyz1, xyz2, kind=self._kind)
+
+
+class ChamferDistanceL2(_ChamferDistance):
     """``extensions.chamfer_dist.ChamferDistanceL2``: ``mean(d1) + mean(d2)`` of squared NN distances.
 
     ``forward(xyz1 (B, N, 3), xyz2 (B, M, 3))`` returns a 0-dim tensor equal to
@@ -168,27 +181,17 @@ class ChamferDistanceL2(nn.Module):
         6.0
     """
 
-    def __init__(self, ignore_zeros: bool = False):
-        super().__init__()
-        self.ignore_zeros = ignore_zeros
-
-    def forward(self, xyz1: torch.Tensor, xyz2: torch.Tensor) -> torch.Tensor:
-        xyz1, xyz2 = _drop_zero_points(xyz1, xyz2, self.ignore_zeros)
-        return chamfer_distance(xyz1, xyz2, kind="l2")
+    _kind = "l2"
 
 
-class ChamferDistanceL1(nn.Module):
+class ChamferDistanceL1(_ChamferDistance):
     """``extensions.chamfer_dist.ChamferDistanceL1``: ``(mean(sqrt d1) + mean(sqrt d2)) / 2``.
 
     Same as :func:`pcgeom.chamfer_distance` with ``kind="l1"``.  Unlike the
     original, a point that coincides with its nearest neighbour gets a zero
     gradient rather than NaN.
 
-    Args:
-        ignore_zeros: drop the all-zero padding points first (batch of one only, as the original).
-
-    Raises:
-        ValueError: (from ``forward``) the errors of :func:`pcgeom.chamfer_distance`.
+    Args and Raises: as :class:`ChamferDistanceL2` (the same module but for the distance).
 
     Example:
         >>> import torch
@@ -198,10 +201,4 @@ class ChamferDistanceL1(nn.Module):
         1.7321
     """
 
-    def __init__(self, ignore_zeros: bool = False):
-        super().__init__()
-        self.ignore_zeros = ignore_zeros
-
-    def forward(self, xyz1: torch.Tensor, xyz2: torch.Tensor) -> torch.Tensor:
-        xyz1, xyz2 = _drop_zero_points(xyz1, xyz2, self.ignore_zeros)
-        return chamfer_distance(xyz1, xyz2, kind="l1")
+    _kind = "l1"

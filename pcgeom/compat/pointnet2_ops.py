@@ -47,6 +47,8 @@ Example:
 from __future__ import annotations
 
 
+import math
+
 import torch
 from torch import nn
 
@@ -199,11 +201,7 @@ def gather_operation(features: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         >>> pointnet2_ops.gather_operation(f, torch.tensor([[2, 0]], dtype=torch.int32)).tolist()
         [[[2.0, 0.0], [5.0, 3.0]]]
     """
-    fn = "gather_operation"
-    _check_features(fn, "features", features, "(B, C, N)")
-    B, C, N = features.shape
-    i = _check_idx(fn, "idx", idx, 2, "(B, S)", B, N, features.device)
-    return features.gather(2, i.unsqueeze(1).expand(B, C, i.shape[1]))
+    return _gather_columns("gather_operation", features, idx, "(B, S)")
 
 
 def grouping_operation(features: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -216,9 +214,7 @@ def grouping_operation(features: torch.Tensor, idx: torch.Tensor) -> torch.Tenso
     Returns:
         ``(B, C, S, K)`` in the dtype of ``features``; differentiable w.r.t. ``features``.
 
-    Raises:
-        ValueError: shapes that do not fit, or an index outside ``[0, N)``.
-        TypeError: ``features`` not floating, ``idx`` not int32/int64, or on another device.
+    Raises: as :func:`gather_operation` (the same checks).
 
     Example:
         >>> import torch
@@ -227,13 +223,16 @@ def grouping_operation(features: torch.Tensor, idx: torch.Tensor) -> torch.Tenso
         >>> pointnet2_ops.grouping_operation(f, torch.tensor([[[2, 1], [0, 0]]])).tolist()
         [[[[2.0, 1.0], [0.0, 0.0]]]]
     """
-    fn = "grouping_operation"
+    return _gather_columns("grouping_operation", features, idx, "(B, S, K)")
+
+
+def _gather_columns(fn: str, features, idx, idx_layout: str) -> torch.Tensor:
+    # gather_operation and grouping_operation are one gather of channel-first columns; only idx's rank differs.
     _check_features(fn, "features", features, "(B, C, N)")
     B, C, N = features.shape
-    i = _check_idx(fn, "idx", idx, 3, "(B, S, K)", B, N, features.device)
-    S, K = i.shape[1], i.shape[2]
-    out = features.gather(2, i.reshape(B, 1, S * K).expand(B, C, S * K))
-    return out.view(B, C, S, K)
+    i = _check_idx(fn, "idx", idx, idx_layout.count(",") + 1, idx_layout, B, N, features.device)
+    m = math.prod(i.shape[1:])  # not -1: a reshape cannot infer it when B == 0
+    return features.gather(2, i.reshape(B, 1, m).expand(B, C, m)).view(B, C, *i.shape[1:])
 
 
 

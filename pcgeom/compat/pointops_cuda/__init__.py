@@ -112,30 +112,14 @@ from pcgeom.compat.pointops_cuda.postech import (  # POSTECH's functions that Po
     subtraction_forward_cuda,
 )
 
+# The served names: PointWeb's (the six POSTECH shares dispatch below), POSTECH's own four, and the error class.
 __all__ = [
     "PointWebArgumentError",
     "aggregation_backward_cuda",
     "aggregation_forward_cuda",
-    "ballquery_cuda",
-    "featuredistribute_cuda",
-    "featuregather_backward_cuda",
-    "featuregather_forward_cuda",
-    "furthestsampling_cuda",
-    "gathering_backward_cuda",
-    "gathering_forward_cuda",
-    "grouping_backward_cuda",
-    "grouping_forward_cuda",
-    "grouping_int_forward_cuda",
-    "interpolation_backward_cuda",
-    "interpolation_forward_cuda",
-    "knnquery_cuda",
-    "labelstat_and_ballquery_cuda",
-    "labelstat_ballrange_cuda",
-    "labelstat_idx_cuda",
-    "nearestneighbor_cuda",
     "subtraction_backward_cuda",
     "subtraction_forward_cuda",
-]
+] + _pointweb.__all__
 
 # --------------------------------------------------------------------------- the names POSTECH and PointWeb share
 

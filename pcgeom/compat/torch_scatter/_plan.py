@@ -242,6 +242,14 @@ def plan_for(fn: str, full_index: Tensor, dim: int, index: Tensor, src: Tensor, 
     return Plan(full_index, dim, N)
 
 
+def scatter_plan(fn: str, src: Tensor, index, dim, out: Optional[Tensor], dim_size: Optional[int]) -> "Plan":
+    """The prologue of scatter and of every composite: ``index`` checked, broadcast along ``dim``, planned."""
+    check_index(fn, "index", index, src)
+    d = norm_dim(fn, dim, src.dim())
+    idx = broadcast_index(fn, "index", index, list(src.shape), d)
+    return plan_for(fn, idx, d, index, src, out, dim_size)
+
+
 def check_floating(fn: str, src) -> None:
     if not isinstance(src, torch.Tensor) or not torch.is_floating_point(src):
         got = src.dtype if isinstance(src, torch.Tensor) else type(src).__name__

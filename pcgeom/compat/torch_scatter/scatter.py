@@ -6,13 +6,10 @@ import torch
 from torch import Tensor
 
 from pcgeom.compat.torch_scatter._plan import (
-    broadcast_index,
-    check_index,
     check_src,
     finish,
-    norm_dim,
-    plan_for,
     REDUCE,
+    scatter_plan,
     with_arg,
 )
 
@@ -26,10 +23,7 @@ def _scatter(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_si
     check_src(fn, src)
     if reduce not in REDUCE:
         raise ValueError(f"scatter: reduce must be one of {REDUCE}, got {reduce!r}")
-    check_index(fn, "index", index, src)
-    d = norm_dim(fn, dim, src.dim())
-    idx = broadcast_index(fn, "index", index, list(src.shape), d)
-    plan = plan_for(fn, idx, d, index, src, out, dim_size)
+    plan = scatter_plan(fn, src, index, dim, out, dim_size)
     return with_arg(finish(fn, plan, src, reduce, out, "floor"))
 
 

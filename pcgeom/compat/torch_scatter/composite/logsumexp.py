@@ -8,13 +8,10 @@ from torch import Tensor
 from pcgeom import _validation as V
 
 from pcgeom.compat.torch_scatter._plan import (
-    broadcast_index,
     check_floating,
-    check_index,
     finish,
-    norm_dim,
-    plan_for,
     reduce_plan,
+    scatter_plan,
 )
 
 __all__ = ["scatter_logsumexp"]
@@ -26,10 +23,7 @@ def _logsumexp(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_
     fn = "scatter_logsumexp"
     check_floating(fn, src)
     eps = V.check_float(fn, "eps", eps)
-    check_index(fn, "index", index, src)
-    d = norm_dim(fn, dim, src.dim())
-    idx = broadcast_index(fn, "index", index, list(src.shape), d)
-    plan = plan_for(fn, idx, d, index, src, out, dim_size)
+    plan = scatter_plan(fn, src, index, dim, out, dim_size)
     shape = plan.out_shape()
     mx = torch.full(shape, float("-inf"), dtype=src.dtype, device=src.device)
     mx, _ = finish(fn, plan, src, "max", mx, "floor")

@@ -9,12 +9,9 @@ from pcgeom import _validation as V
 from pcgeom import segment as _seg
 
 from pcgeom.compat.torch_scatter._plan import (
-    broadcast_index,
     check_floating,
-    check_index,
-    norm_dim,
-    plan_for,
     reduce_plan,
+    scatter_plan,
 )
 
 __all__ = ["scatter_softmax", "scatter_log_softmax"]
@@ -25,10 +22,7 @@ def _softmax(src: Tensor, index: Tensor, dim: int, dim_size: Optional[int], log:
     fn = "scatter_log_softmax" if log else "scatter_softmax"
     check_floating(fn, src)
     eps = V.check_float(fn, "eps", eps)
-    check_index(fn, "index", index, src)
-    d = norm_dim(fn, dim, src.dim())
-    idx = broadcast_index(fn, "index", index, list(src.shape), d)
-    plan = plan_for(fn, idx, d, index, src, None, dim_size)
+    plan = scatter_plan(fn, src, index, dim, None, dim_size)
     # Only the values of the maxima matter here (a shift by -0.0 or +0.0 is the same shift).
     mx = plan.unrows(_seg.extreme_values(plan.rows(src).detach(), plan.key, plan.S, "max"))
     shifted = src - plan.gather(mx)

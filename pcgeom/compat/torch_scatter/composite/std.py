@@ -6,13 +6,10 @@ import torch
 from torch import Tensor
 
 from pcgeom.compat.torch_scatter._plan import (
-    broadcast_index,
-    check_index,
     check_src,
     counts_like,
-    norm_dim,
-    plan_for,
     reduce_plan,
+    scatter_plan,
 )
 
 __all__ = ["scatter_std"]
@@ -23,10 +20,7 @@ def _std(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_size: 
          unbiased: bool) -> Tensor:
     fn = "scatter_std"
     check_src(fn, src)
-    check_index(fn, "index", index, src)
-    d = norm_dim(fn, dim, src.dim())
-    idx = broadcast_index(fn, "index", index, list(src.shape), d)
-    plan = plan_for(fn, idx, d, index, src, out, dim_size)
+    plan = scatter_plan(fn, src, index, dim, out, dim_size)
     tot, _, counts = reduce_plan(fn, plan, src, "sum", False)
     count = counts_like(plan, counts, tot).to(src.dtype).clamp(min=1)
     mean = tot / count
