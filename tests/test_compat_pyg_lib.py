@@ -75,6 +75,13 @@ def test_knn_self_and_cross_search_edges_equal_brute_force(sizes, k, self_search
     assert torch.equal(torch.ops.pyg.knn(x, y.clone(), px, py.clone(), k, False, 1), got)
 
 
+def test_knn_query_cloud_without_rows():
+    # every x cloud holds k points (no -1 slot) but the middle y cloud is empty: its padded rows are dropped
+    x, px = _clouds([6, 5, 7], grid=True)
+    y, py = _clouds([3, 0, 4], grid=True, seed=5)
+    assert torch.ops.pyg.knn(x, y, px, py, 5, False, 1).tolist() == _knn_oracle(x, y, px, py, 5)
+
+
 def test_knn_cosine_and_without_ptr():
     x, _ = _clouds([20], seed=3)
     y, _ = _clouds([6], seed=4)
