@@ -59,6 +59,29 @@ def test_knn_matches_float64_brute_force_on_ragged_ptr(sizes, k, grid):
     assert torch.equal(torch.ops.pyg.knn(x, y, px, py, k, False, 1), got)
 
 
+@pytest.mark.parametrize("sizes,k", [([6, 6, 6], 4), ([7, 9, 8], 3), ([10, 12], 10), ([5, 8], 6)])
+@pytest.mark.parametrize("self_search", [True, False])
+def test_knn_self_and_cross_search_edges_equal_brute_force(sizes, k, self_search):
+    # Every cloud of x holds k points (no -1 slot: the edges are read without a mask) or not ([5, 8] with
+    # k = 6); equal clouds pad as a view, ragged ones are gathered; x is y (PyG's knn_graph) or not.
+    x, px = _clouds(sizes, grid=True)
+    if self_search:
+        y, py = x, px
+    else:
+        y, py = _clouds([s + 2 for s in sizes], grid=True, seed=2)
+    got = torch.ops.pyg.knn(x, y, px, py, k, False, 1)
+    assert got.is_contiguous()
+    assert got.tolist() == _knn_oracle(x, y, px, py, k)
+    assert torch.equal(torch.ops.pyg.knn(x, y.clone(), px, py.clone(), k, False, 1), got)
+
+
+def test_knn_query_cloud_without_rows():
+    # every x cloud holds k points (no -1 slot) but the middle y cloud is empty: its padded rows are dropped
+    x, px = _clouds([6, 5, 7], grid=True)
+    y, py = _clouds([3, 0, 4], grid=True, seed=5)
+    assert torch.ops.pyg.knn(x, y, px, py, 5, False, 1).tolist() == _knn_oracle(x, y, px, py, 5)
+
+
 def test_knn_cosine_and_without_ptr():
     x, _ = _clouds([20], seed=3)
     y, _ = _clouds([6], seed=4)
