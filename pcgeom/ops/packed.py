@@ -81,7 +81,7 @@ def offsets_arg(fn: str, name: str, offsets, n_total: int, device) -> torch.Tens
     return offsets
 
 
-def _starts_lengths(offsets: torch.Tensor):
+def starts_lengths(offsets: torch.Tensor):
     starts = torch.cat([offsets.new_zeros(1), offsets[:-1]])
     return starts, offsets - starts
 
@@ -110,19 +110,19 @@ def _pad(packed: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor, max_
     return torch.where(mask, out, torch.full((), fill, dtype=packed.dtype, device=packed.device)), valid
 
 
-def _unpad_rows(offsets: torch.Tensor, n_total: int, max_len: int):
+def unpad_rows(offsets: torch.Tensor, n_total: int, max_len: int):
     """For each packed row: its cloud ``b`` and its row in the flattened ``(B * max_len, *)`` padded tensor."""
     ar = torch.arange(n_total, device=offsets.device)
     b = torch.searchsorted(offsets, ar, right=True)
-    starts, _ = _starts_lengths(offsets)
+    starts, _ = starts_lengths(offsets)
     return b, ar + (b * max_len - starts[b])
 
 
-def _unpad(padded: torch.Tensor, offsets: torch.Tensor, n_total: int, rows=None):
+def unpad(padded: torch.Tensor, offsets: torch.Tensor, n_total: int, rows=None):
     """``(B, max_len, *)`` -> ``(N_total, *)``: one contiguous row gather."""
     B, L = padded.shape[:2]
     if rows is None:
-        rows = _unpad_rows(offsets, n_total, L)[1]
+        rows = unpad_rows(offsets, n_total, L)[1]
     return padded.reshape((B * L,) + tuple(padded.shape[2:])).index_select(0, rows)
 
 
@@ -154,7 +154,7 @@ def pack(padded, lengths):
     lengths = V.lengths_arg(fn, "lengths", lengths, B, N, padded.device)
     offsets = torch.cumsum(lengths, 0)
     n_total = int(offsets[-1]) if B else 0
-    return _unpad(padded, offsets, n_total), offsets
+    return unpad(padded, offsets, n_total), offsets
 
 
 def unpack(packed, offsets, fill=0):
@@ -179,7 +179,7 @@ def unpack(packed, offsets, fill=0):
     if not isinstance(packed, torch.Tensor) or packed.dim() < 1:
         raise TypeError(f"unpack: packed must be a torch.Tensor of shape (N_total, *), got {type(packed).__name__}")
     offsets = offsets_arg(fn, "offsets", offsets, packed.shape[0], packed.device)
-    starts, lengths = _starts_lengths(offsets)
+    starts, lengths = starts_lengths(offsets)
     out, _ = _pad(packed, starts, lengths, _max_len(lengths), fill)
     return out, lengths
 
@@ -208,8 +208,8 @@ def _search_packed(fn, op, query, points, extra, k, query_offsets, points_offset
         raise ValueError(f"{fn}: packed (N_total, D) inputs take query_offsets= / points_offsets=, not *_lengths")
     qo, po = _pair_offsets(fn, query, points, query_offsets, points_offsets)
     k = V.check_int(fn, "k", k, minimum=1)
-    qs, ql = _starts_lengths(qo)
-    ps, pl = _starts_lengths(po)
+    qs, ql = starts_lengths(qo)
+    ps, pl = starts_lengths(po)
     # One sync for both maxima: the padded shapes must be known.
     both = torch.stack([ql.max(), pl.max()]).tolist()
     ppad, _ = _pad(points, ps, pl, both[1], masked=False)
@@ -219,9 +219,9 @@ def _search_packed(fn, op, query, points, extra, k, query_offsets, points_offset
                                        or (not V.compiling() and bool(torch.equal(qo, po))))
     qpad = ppad if self_search else _pad(query, qs, ql, both[0], masked=False)[0]
     dist2, idx = op(qpad, ppad, *extra, k, ql, pl, *tail)
-    b, rows = _unpad_rows(qo, query.shape[0], both[0])
-    dist2 = _unpad(dist2, qo, query.shape[0], rows)
-    idx = _unpad(idx, qo, query.shape[0], rows)
+    b, rows = unpad_rows(qo, query.shape[0], both[0])
+    dist2 = unpad(dist2, qo, query.shape[0], rows)
+    idx = unpad(idx, qo, query.shape[0], rows)
     # Local -> global, in place on the fresh packed copy (the padded output
     # can be much larger for ragged batches).
     missing = idx < 0
@@ -257,7 +257,7 @@ def packed_farthest_point_sample(points, n_samples, offsets, start_index=0, leng
     _check_packed(fn, "points", points)
     off = offsets_arg(fn, "offsets", offsets, points.shape[0], points.device)
     B = off.shape[0]
-    starts, lengths = _starts_lengths(off)
+    starts, lengths = starts_lengths(off)
     if isinstance(n_samples, torch.Tensor):
         if n_samples.dtype not in V.INT_DTYPES:
             raise TypeError(f"{fn}: n_samples must be an int or an integer tensor of shape ({B},), got dtype {n_samples.dtype}")

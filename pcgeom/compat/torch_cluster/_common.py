@@ -1,6 +1,6 @@
 """What the torch_cluster stand-in's modules share: input coercion, batch / CSR offsets, index checks."""
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -82,3 +82,14 @@ def check_rowptr_col(fn: str, rowptr: Tensor, col: Tensor) -> int:
         raise ValueError(f"{fn}: col values must be in [0, {n}) (num_nodes = rowptr.numel() - 1), "
                          f"got [{int(col.min())}, {int(col.max())}]")
     return n
+
+
+def padded_clouds(t: Tensor, starts: Tensor, lengths: Tensor, longest: int) -> Tuple[Tensor, bool]:
+    """``(rows, F)`` -> ``(B, longest, F)``, cloud b from row ``starts[b]``, and whether the clouds tile ``t``
+    (then the result is a view)."""
+    B = starts.shape[0]
+    if B * longest == t.shape[0] and bool((lengths == longest).all()):
+        return t.view(B, longest, t.shape[1]), True
+    slot = torch.arange(longest, device=t.device)
+    rows = (starts[:, None] + slot).clamp_(max=max(t.shape[0] - 1, 0)).view(-1)
+    return t.index_select(0, rows).view(B, longest, t.shape[1]), False

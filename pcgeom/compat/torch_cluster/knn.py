@@ -5,11 +5,11 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from pcgeom.compat.torch_cluster._common import as_2d, as_float, cloud_offsets, count_clouds, empty_edges, normalise
-from pcgeom.compat.torch_cluster.radius import _padded
+from pcgeom.compat.torch_cluster._common import (as_2d, as_float, cloud_offsets, count_clouds, empty_edges, normalise,
+                                                 padded_clouds)
 from pcgeom.graph import knn_graph as _pc_knn_graph
 from pcgeom.ops import knn as _knn
-from pcgeom.ops.packed import _starts_lengths, _unpad, _unpad_rows, offsets_arg
+from pcgeom.ops.packed import starts_lengths, unpad, unpad_rows, offsets_arg
 
 __all__ = ["knn", "knn_graph"]
 
@@ -48,20 +48,20 @@ def _knn_offsets_eager(x: Tensor, y: Tensor, k: int, xo: Tensor, yo: Tensor, sam
         raise ValueError(f"knn: query_offsets and points_offsets must list the same number of clouds, got "
                          f"{yo.shape[0]} and {xo.shape[0]}")
     B = xo.shape[0]
-    xs, nx = _starts_lengths(xo)
-    ys, ny = _starts_lengths(yo)
+    xs, nx = starts_lengths(xo)
+    ys, ny = starts_lengths(yo)
     # the padded shapes and the no-mask test, in one host sync
     longest, ny_max, fewest = torch.stack([nx.max(), ny.max(), nx.min()]).tolist()
-    xp, x_tiles = _padded(x, xs, nx, longest)
+    xp, x_tiles = padded_clouds(x, xs, nx, longest)
     if same and torch.equal(xo, yo):
         yp, y_tiles = xp, x_tiles  # one tensor: the kernel's self-query grouping
     else:
-        yp, y_tiles = _padded(y, ys, ny, ny_max)
+        yp, y_tiles = padded_clouds(y, ys, ny, ny_max)
     _, idx = _knn(yp, xp, k, query_lengths=ny, points_lengths=nx)
     kk = idx.shape[2]
     M = y.shape[0]
     if fewest < kk:  # some slots are -1: the masked form
-        rows = idx.view(B * ny_max, kk) if y_tiles else _unpad(idx, yo, M)
+        rows = idx.view(B * ny_max, kk) if y_tiles else unpad(idx, yo, M)
         rows = rows.view(M, kk)
         keep = rows >= 0
         b = torch.searchsorted(yo, torch.arange(M, device=x.device), right=True)
@@ -73,7 +73,7 @@ def _knn_offsets_eager(x: Tensor, y: Tensor, k: int, xo: Tensor, yo: Tensor, sam
     if y_tiles:  # padded row = global y row
         torch.add(idx, xs.view(B, 1, 1), out=out[1].view(B, ny_max, kk))
     else:
-        b, prow = _unpad_rows(yo, M, ny_max)
+        b, prow = unpad_rows(yo, M, ny_max)
         torch.index_select(idx.view(B * ny_max, kk), 0, prow, out=out[1].view(M, kk))
         out[1].view(M, kk).add_(xs.index_select(0, b)[:, None])
     return out

@@ -1,11 +1,12 @@
 """``torch_cluster.radius``: ``radius`` and ``radius_graph`` (torch_cluster 1.6.3 ``radius.py``)."""
 
-from typing import List, Optional, Tuple
+from typing import Optional
 
 import torch
 from torch import Tensor
 
-from pcgeom.compat.torch_cluster._common import ORDERS, as_2d, as_float, cloud_offsets, count_clouds, empty_edges
+from pcgeom.compat.torch_cluster._common import (ORDERS, as_2d, as_float, cloud_offsets, count_clouds, empty_edges,
+                                                 padded_clouds)
 from pcgeom.ops import ball_query as _ball_query
 
 __all__ = ["radius", "radius_graph"]
@@ -86,13 +87,13 @@ def radius_offsets(x: Tensor, y: Tensor, r: float, xo: Tensor, yo: Tensor, cap: 
     # shifted to global ones on the kept edges only, and equal-sized clouds in
     # order pad as a view (no copy in, and none of the packed form's copies out).
     xs, ys = xo - n_x, yo - torch.diff(yo, prepend=yo.new_zeros(1))
-    xp, x_tiles = _padded(x, xs, n_x, longest)
+    xp, x_tiles = padded_clouds(x, xs, n_x, longest)
     if same and torch.equal(xo, yo):
         yp, ny, ny_max, y_tiles = xp, n_x, longest, x_tiles  # one tensor: the kernel's self-query grouping
     else:
         ny = yo - ys
         ny_max = int(ny.max())
-        yp, y_tiles = _padded(y, ys, ny, ny_max)
+        yp, y_tiles = padded_clouds(y, ys, ny, ny_max)
     B = xo.shape[0]
     d2, idx = _ball_query(yp, xp, r, k, query_lengths=ny, points_lengths=n_x, order=mode)
     d2, idx = d2.view(B * ny_max, k), idx.view(B * ny_max, k)
@@ -137,16 +138,6 @@ def radius_offsets(x: Tensor, y: Tensor, r: float, xo: Tensor, yo: Tensor, cap: 
     out[c_at] += shift.index_select(0, prow)
     return out
 
-
-def _padded(t: Tensor, starts: Tensor, lengths: Tensor, longest: int) -> Tuple[Tensor, bool]:
-    """``(rows, F)`` -> ``(B, longest, F)``, cloud b from row ``starts[b]``, and whether the clouds tile ``t``
-    (then the result is a view)."""
-    B = starts.shape[0]
-    if B * longest == t.shape[0] and bool((lengths == longest).all()):
-        return t.view(B, longest, t.shape[1]), True
-    slot = torch.arange(longest, device=t.device)
-    rows = (starts[:, None] + slot).clamp_(max=max(t.shape[0] - 1, 0)).view(-1)
-    return t.index_select(0, rows).view(B, longest, t.shape[1]), False
 
 
 @torch.jit.ignore
