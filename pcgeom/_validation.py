@@ -39,18 +39,6 @@ def compiling() -> bool:
     return torch.compiler.is_compiling()
 
 
-def exact_sqrt(x: torch.Tensor) -> torch.Tensor:
-    """Correctly rounded square root of a float32 or float64 tensor, in its dtype; no gradient.
-
-    torch's CPU ``sqrt`` (float32 and float64 alike, vectorised) is off by one
-    ulp on about 0.7% of inputs (``sqrt(2.0)`` gives ``1.414213562373095``);
-    numpy's is the IEEE operation, as is CUDA's, so CPU tensors go through numpy.
-    """
-    if x.device.type == "cpu" and not compiling():
-        import numpy as np
-
-        return torch.from_numpy(np.sqrt(x.detach().contiguous().numpy()))
-    return x.sqrt()
 
 
 def check_tensor(fn: str, name: str, t, ndim: int, layout: str) -> None:

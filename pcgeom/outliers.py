@@ -21,6 +21,7 @@ from typing import NamedTuple
 import torch
 
 from pcgeom import _validation as V
+from pcgeom._rounding import exact_sqrt
 from pcgeom.ops import knn
 from pcgeom.ops.packed import offsets_arg
 
@@ -254,7 +255,7 @@ def remove_statistical_outliers(points, k, std_ratio, *, lengths=None, offsets=N
     rows = self_knn(fn, points, k, lengths, offsets, exact_dist2=True)
     d2 = rows.dist2
     ok = torch.isfinite(d2) & (rows.idx >= 0)
-    d = V.exact_sqrt(torch.where(ok, d2, 0))  # Open3D's std::sqrt: correctly rounded (torch's CPU sqrt is not)
+    d = exact_sqrt(torch.where(ok, d2, 0))  # Open3D's std::sqrt: correctly rounded (torch's CPU sqrt is not)
     total = d[:, 0]
     for j in range(1, d.shape[1]):  # k capped at the cloud's slots: the rest would be padding
         total = total + d[:, j]
@@ -267,7 +268,7 @@ def remove_statistical_outliers(points, k, std_ratio, *, lengths=None, offsets=N
     n_valid = zeros.index_add(0, rows.cloud, has.to(torch.float64))
     mean = zeros.index_add(0, rows.cloud, torch.where(pos, avg, 0)) / n_valid
     dev = torch.where(pos, avg - mean[rows.cloud], 0)
-    std = V.exact_sqrt(zeros.index_add(0, rows.cloud, dev * dev) / (n_valid - 1))
+    std = exact_sqrt(zeros.index_add(0, rows.cloud, dev * dev) / (n_valid - 1))
     threshold = mean + std_ratio * std
     keep = pos & (avg < threshold[rows.cloud])
     return keep.reshape(rows.shape)

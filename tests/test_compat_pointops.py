@@ -343,7 +343,7 @@ def test_distances_are_rounded_once_to_the_output_dtype():
 
 
 def test_round_once_decides_float32_midpoints_by_the_float64_value():
-    from pcgeom.compat.pointops._common import round_once
+    from pcgeom._rounding import round_once
     y = torch.tensor([1 + 2**-8 + 2**-40, 1 + 2**-8 - 2**-40, 1 + 2**-8, 65519.999, 65520.0], dtype=torch.float64)
     assert round_once(y[:3], torch.bfloat16).tolist() == [1 + 2**-7, 1.0, 1.0]  # torch's cast gives 1.0 for all three
     assert round_once(y[3:], torch.float16).tolist() == [65504.0, float("inf")]

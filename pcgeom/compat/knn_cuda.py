@@ -16,7 +16,7 @@ from torch import nn
 
 from pcgeom import _validation as V
 from pcgeom.ops import knn
-from pcgeom.compat.pointops._common import sqrt_once
+from pcgeom._rounding import sqrt_once
 
 __all__ = ["KNN"]
 

@@ -57,7 +57,7 @@ from pcgeom._pointnet2_kernel import NEAR_ORIGIN, priority, strict_radius
 from pcgeom._pointnet2_kernel import fps as pointnet2_fps_unchecked
 from pcgeom.ops import ball_query as _pc_ball_query
 from pcgeom.ops import farthest_point_sample, knn
-from pcgeom.compat.pointops._common import acc_sq_dist, sqrt_once
+from pcgeom._rounding import acc_sq_dist, sqrt_once
 
 __version__ = "3.0.0"
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from pcgeom import _validation as V
-from pcgeom.compat.pointops._common import acc_sq_dist, check_nsample, dist_out, PAD_DIST, query_args
+from pcgeom._rounding import acc_sq_dist
+from pcgeom.compat.pointops._common import check_nsample, dist_out, PAD_DIST, query_args
 from pcgeom.ops import ball_query as _pc_ball_query, knn as _pc_knn
 from pcgeom.packed_features import offsets_to_batch
 
