@@ -14,14 +14,20 @@ from pcgeom.ops.packed import starts_lengths, unpad, unpad_rows, offsets_arg
 __all__ = ["knn", "knn_graph"]
 
 
-def knn_offsets(x: Tensor, y: Tensor, k: int, xo: Tensor, yo: Tensor, cosine: bool) -> Tensor:
-    if x.numel() == 0 or y.numel() == 0:
-        return empty_edges(x.device)
+def _search_inputs(x: Tensor, y: Tensor, cosine: bool):
+    """torch_cluster's coercions: 2-D rows, a floating dtype, ``y`` in ``x``'s dtype, unit rows for cosine."""
     x, y = as_float(as_2d(x)), as_float(as_2d(y))
     if y.dtype != x.dtype:
         y = y.to(x.dtype)
     if cosine:
         x, y = normalise(x), normalise(y)
+    return x, y
+
+
+def knn_offsets(x: Tensor, y: Tensor, k: int, xo: Tensor, yo: Tensor, cosine: bool) -> Tensor:
+    if x.numel() == 0 or y.numel() == 0:
+        return empty_edges(x.device)
+    x, y = _search_inputs(x, y, cosine)
     if not (torch.jit.is_tracing() or torch.compiler.is_compiling()):
         return _knn_offsets_eager(x.contiguous(), y.contiguous(), k, xo, yo, y is x)
     _, idx = _knn(y.contiguous(), x.contiguous(), k, query_offsets=yo, points_offsets=xo)
@@ -88,11 +94,7 @@ def one_cloud_knn(x: Tensor, y: Tensor, k: int, cosine: bool) -> Tensor:
     size known from the shapes alone, which is what lets a traced or exported
     model (PyG's ``DynamicEdgeConv`` on one cloud) carry on with static shapes.
     """
-    x, y = as_float(as_2d(x)), as_float(as_2d(y))
-    if y.dtype != x.dtype:
-        y = y.to(x.dtype)
-    if cosine:
-        x, y = normalise(x), normalise(y)
+    x, y = _search_inputs(x, y, cosine)
     _, idx = _knn(y.contiguous()[None], x.contiguous()[None], k)
     # sym_min, not min: traced, the point count is symbolic and a Python min would fix the example's value
     idx = idx[0, :, : torch.sym_min(k, x.shape[0])]
