@@ -130,6 +130,29 @@ inline void check_search_args(const Tensor& query, const Tensor& points, int64_t
   check_int64_vector(points_lengths, B, op, "points_lengths");
 }
 
+// The checks knn_backward (CPU and CUDA) opens with: grad_dist2 and idx are
+// (B, M, k) for the (B, M, D) query and (B, N, D) points they came from, one
+// floating dtype, int64 idx.  Index values are checked where they are read.
+inline void check_knn_backward_args(const Tensor& grad, const Tensor& query, const Tensor& points,
+                                    const Tensor& idx, const char* op) {
+  check_rank(grad, 3, op, "grad_dist2", "(B, M, k)");
+  check_rank(query, 3, op, "query", "(B, M, D)");
+  check_rank(points, 3, op, "points", "(B, N, D)");
+  check_rank(idx, 3, op, "idx", "(B, M, k)");
+  const int64_t B = query.size(0), M = query.size(1);
+  check_size(points, 0, B, op, "points", "(B, N, D)", "the B of query");
+  check_size(points, 2, query.size(2), op, "points", "(B, N, D)", "the D of query");
+  check_size(idx, 0, B, op, "idx", "(B, M, k)", "the B of query");
+  check_size(idx, 1, M, op, "idx", "(B, M, k)", "the M of query");
+  check_size(grad, 0, B, op, "grad_dist2", "(B, M, k)", "the B of query");
+  check_size(grad, 1, M, op, "grad_dist2", "(B, M, k)", "the M of query");
+  check_size(grad, 2, idx.size(2), op, "grad_dist2", "(B, M, k)", "the k of idx");
+  check_float_tensor(query, op, "query");
+  check_same_dtype(points, query, op, "points", "query");
+  check_same_dtype(grad, query, op, "grad_dist2", "query");
+  check_int64(idx, op, "idx");
+}
+
 // Host-side range check of a CPU int64 vector (lengths, start indices).
 inline void check_range_cpu(const int64_t* v, int64_t B, int64_t lo, int64_t hi, const char* op,
                             const char* name) {

@@ -58,24 +58,10 @@ void knn_backward_cpu_kernel(const T* g, const T* q, const T* p, const int64_t* 
 std::tuple<Tensor, Tensor> knn_backward_cpu(Tensor grad_in, Tensor query_in, Tensor points_in,
                                             Tensor idx_in) {
   const char* op = "knn_backward";
-  check_rank(grad_in, 3, op, "grad_dist2", "(B, M, k)");
-  check_rank(query_in, 3, op, "query", "(B, M, D)");
-  check_rank(points_in, 3, op, "points", "(B, N, D)");
-  check_rank(idx_in, 3, op, "idx", "(B, M, k)");
+  check_knn_backward_args(grad_in, query_in, points_in, idx_in, op);
   const int64_t B = query_in.size(0), M = query_in.size(1), D = query_in.size(2);
   const int64_t N = points_in.size(1);
   const int64_t K = idx_in.size(2);
-  check_size(points_in, 0, B, op, "points", "(B, N, D)", "the B of query");
-  check_size(points_in, 2, D, op, "points", "(B, N, D)", "the D of query");
-  check_size(idx_in, 0, B, op, "idx", "(B, M, k)", "the B of query");
-  check_size(idx_in, 1, M, op, "idx", "(B, M, k)", "the M of query");
-  check_size(grad_in, 0, B, op, "grad_dist2", "(B, M, k)", "the B of query");
-  check_size(grad_in, 1, M, op, "grad_dist2", "(B, M, k)", "the M of query");
-  check_size(grad_in, 2, K, op, "grad_dist2", "(B, M, k)", "the k of idx");
-  check_float_tensor(query_in, op, "query");
-  check_same_dtype(points_in, query_in, op, "points", "query");
-  check_same_dtype(grad_in, query_in, op, "grad_dist2", "query");
-  check_int64(idx_in, op, "idx");
   check_cpu(points_in, op, "points");
   check_cpu(idx_in, op, "idx");
   check_cpu(grad_in, op, "grad_dist2");

@@ -11,6 +11,10 @@
 //                     per accepted candidate.  No cap on k.
 //
 // Common interface: push(d, j), full(), worst(), write(out_d, out_i, k).
+//
+// KnnArgs is the one description of a search that both search paths (the
+// brute force in knn_cuda.cu, the grid in knn_grid_cuda.cuh) receive, and
+// kThreads their block size: one query per thread.
 #pragma once
 
 #include <cstdint>
@@ -183,6 +187,24 @@ struct HeapTopK {
       oi[s] = -1;
     }
   }
+};
+
+constexpr int kThreads = 128;  // queries per block
+
+// (B, M, D) queries against (B, N, D) points with per-cloud lengths ql / pl;
+// the k slots of each query row go to out_d / out_i (B, M, k); with
+// use_radius only points with dist2 <= r2 are kept.
+template <typename T>
+struct KnnArgs {
+  const T* q;
+  const T* p;
+  const int64_t* ql;
+  const int64_t* pl;
+  int64_t B, M, N, D, k;
+  bool use_radius;
+  acc_t<T> r2;
+  T* out_d;
+  int64_t* out_i;
 };
 
 }  // namespace cuda

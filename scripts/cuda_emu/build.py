@@ -4,8 +4,10 @@ The result, ``build/cuda_emu/libpcgeom_cuda_emu.so``, registers the very same
 kernel code as CPU ops of a separate namespace, ``torch.ops.pcgeom_emu.*``, so
 that ``scripts/cuda_emu/test_emu.py`` can compare them with the CPU kernels on
 a machine without a GPU.  Each ``kernel<<<grid, block, smem, stream>>>(args)``
-is rewritten to ``::emu::launch(grid, block, smem, stream, kernel, args)``;
-nothing else in the sources changes (they compile with PCGEOM_CUDA_EMULATION).
+is rewritten to ``::emu::launch(grid, block, smem, stream, kernel, args)``,
+in the ``*_cuda.cu`` sources and in the ``*_cuda.cuh`` headers that launch
+kernels (copies under build/cuda_emu/, found first); nothing else in the
+sources changes (they compile with PCGEOM_CUDA_EMULATION).
 
     python scripts/cuda_emu/build.py [--asan]    # --asan: AddressSanitizer (memcheck)
 """
@@ -85,6 +87,15 @@ def main(argv=None) -> pathlib.Path:
         if not dst.exists() or dst.read_text() != text:
             dst.write_text(text)
         sources.append(dst)
+    # Headers that launch kernels are rewritten too, under OUT with their csrc-relative path: OUT comes
+    # first on the include path (and holds the rewritten .cpp files), so `#include "knn/x_cuda.cuh"` finds
+    # the rewritten copy.
+    for cuh in sorted((ROOT / "csrc").glob("*/*_cuda.cuh")):
+        dst = OUT / cuh.relative_to(ROOT / "csrc")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        text = f'#line 1 "{cuh}"\n' + rewrite_launches(cuh.read_text())
+        if not dst.exists() or dst.read_text() != text:
+            dst.write_text(text)
     module = OUT / "emu_module.cpp"
     defs = build_config.registry().cpp_schema_definitions("  m")
     module.write_text(
@@ -101,7 +112,7 @@ def main(argv=None) -> pathlib.Path:
         flags += ["-fsanitize=address", "-fno-omit-frame-pointer"]
     elif args.tsan:
         flags += ["-fsanitize=thread"]
-    inc = [f"-I{ROOT / 'csrc'}", f"-I{HERE}", f"-I{sysconfig.get_paths()['include']}"]
+    inc = [f"-I{OUT}", f"-I{ROOT / 'csrc'}", f"-I{HERE}", f"-I{sysconfig.get_paths()['include']}"]
     inc += [f"-I{p}" for p in include_paths()]
     libs = [f"-L{p}" for p in library_paths()] + [f"-Wl,-rpath,{p}" for p in library_paths()]
     libs += ["-ltorch_cpu", "-lc10"]
