@@ -6,6 +6,7 @@ import torch
 
 from pcgeom import _validation as V
 from pcgeom.ops.knn import KNNResult
+from pcgeom.ops.packed import packed_ball_query
 
 
 _ORDERS = ("distance", "index")
@@ -63,8 +64,6 @@ def ball_query(query, points, radius, k, *, query_lengths=None, points_lengths=N
     if order not in _ORDERS:
         raise ValueError(f"{fn}: order must be one of {_ORDERS}, got {order!r}")
     if isinstance(query, torch.Tensor) and isinstance(points, torch.Tensor) and query.dim() == 2 == points.dim():
-        from pcgeom.ops.packed import packed_ball_query
-
         return KNNResult(*packed_ball_query(query, points, radius, k, query_offsets, points_offsets,
                                             query_lengths is not None or points_lengths is not None,
                                             index_order=order == "index"))

@@ -7,6 +7,7 @@ import numbers
 import torch
 
 from pcgeom import _validation as V
+from pcgeom.ops.packed import packed_farthest_point_sample
 
 
 def farthest_point_sample(points, n_samples, *, lengths=None, start_index=0, offsets=None) -> torch.Tensor:
@@ -54,9 +55,8 @@ def farthest_point_sample(points, n_samples, *, lengths=None, start_index=0, off
     """
     fn = "farthest_point_sample"
     if isinstance(points, torch.Tensor) and points.dim() == 2:
-        from pcgeom.ops.packed import packed_farthest_point_sample
-
-        return packed_farthest_point_sample(points, n_samples, offsets, start_index, lengths is not None)
+        return packed_farthest_point_sample(farthest_point_sample, points, n_samples, offsets, start_index,
+                                            lengths is not None)
     V.check_offsets_unused(fn, offsets)
     V.check_points(fn, "points", points, "(B, N, D)")
     n_samples = V.check_int(fn, "n_samples", n_samples, minimum=1)

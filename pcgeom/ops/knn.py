@@ -7,6 +7,7 @@ from typing import NamedTuple
 import torch
 
 from pcgeom import _validation as V
+from pcgeom.ops.packed import packed_knn
 
 
 class KNNResult(NamedTuple):
@@ -71,8 +72,6 @@ def knn(query, points, k, *, query_lengths=None, points_lengths=None,
     """
     fn = "knn"
     if isinstance(query, torch.Tensor) and isinstance(points, torch.Tensor) and query.dim() == 2 == points.dim():
-        from pcgeom.ops.packed import packed_knn
-
         return KNNResult(*packed_knn(query, points, k, query_offsets, points_offsets,
                                      query_lengths is not None or points_lengths is not None))
     V.check_offsets_unused(fn, query_offsets, points_offsets)

@@ -243,8 +243,8 @@ def packed_ball_query(query, points, radius, k, query_offsets, points_offsets, l
                           query_offsets, points_offsets, lengths_given, tail=(index_order,))
 
 
-def packed_farthest_point_sample(points, n_samples, offsets, start_index=0, lengths_given=False):
-    """Packed form of :func:`pcgeom.farthest_point_sample`.
+def packed_farthest_point_sample(sample, points, n_samples, offsets, start_index=0, lengths_given=False):
+    """Packed form of :func:`pcgeom.farthest_point_sample`, on ``sample``, the padded sampler.
 
     ``n_samples`` is an int (the same count for every cloud) or an int ``(B,)``
     tensor of per-cloud counts; the result is ``idx (sum n_samples,)`` int64,
@@ -273,9 +273,7 @@ def packed_farthest_point_sample(points, n_samples, offsets, start_index=0, leng
         counts = torch.full((B,), S, dtype=torch.int64, device=points.device)
         mx = [int(lengths.max())]
     ppad, _ = _pad(points, starts, lengths, mx[0], masked=False)
-    from pcgeom.ops.farthest_point_sample import farthest_point_sample
-
-    idx = farthest_point_sample(ppad, max(S, 1), lengths=lengths, start_index=start_index)
+    idx = sample(ppad, max(S, 1), lengths=lengths, start_index=start_index)
     keep = torch.arange(idx.shape[1], device=idx.device)[None, :] < counts[:, None]
     idx = torch.where(idx >= 0, idx + starts[:, None], idx)
     return idx[keep]
