@@ -269,9 +269,10 @@ def voxel_grid(pos, size, batch):
     """
     p = np.concatenate([_np(pos), np.asarray(batch, dtype=np.float64)[:, None]], 1)
     sz = np.array([float(size)] * (p.shape[1] - 1) + [1.0])
-    # torch_cluster computes in the dtype of pos (float32): mirror its rounding.
-    p32 = p.astype(np.float32)
-    sz32 = sz.astype(np.float32)
+    # torch_cluster computes in the dtype of pos: mirror its rounding (float32 unless pos is float64).
+    dt = np.float64 if str(getattr(pos, "dtype", "")).endswith("float64") else np.float32
+    p32 = p.astype(dt)
+    sz32 = sz.astype(dt)
     end = p32.max(0)
     nv = (np.floor(end / sz32).astype(np.int64) + 1)
     vox = np.trunc(p32 / sz32).astype(np.int64)
