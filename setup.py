@@ -86,6 +86,22 @@ def _cuda_wanted(torch, cuda_home):
     return True, None
 
 
+def _missing_compiler():
+    """The plain reason when the C++ compiler torch would call is absent, else None.
+
+    torch's BuildExtension runs ``$CXX`` (default ``c++``); without this check a missing
+    compiler surfaces as "Error compiling objects for extension", which names no cause.
+    """
+    if sys.platform == "win32":
+        return None  # MSVC is found through the environment torch sets up, not PATH
+    cxx = os.environ.get("CXX", "").strip() or "c++"
+    exe = cxx.split()[0]
+    if shutil.which(exe) is None:
+        return (f"no C++ compiler found (CXX={cxx}: not on PATH); install one (Debian/Ubuntu: "
+                "apt-get install g++) and reinstall, or install a prebuilt pcgeom wheel")
+    return None
+
+
 def _extensions():
     info = {"built_with_torch": None, "stable_abi": True, "cuda_requested": False,
             "torch_target_version": "2.10", "skipped": None}
@@ -115,6 +131,14 @@ def _extensions():
             raise RuntimeError(msg)
         _say(msg + "; installing the pure-torch path")
         info["skipped"] = msg
+        return [], {}, info
+
+    no_compiler = _missing_compiler()
+    if no_compiler:
+        if REQUIRE_EXT:
+            raise RuntimeError(f"PCGEOM_REQUIRE_EXT=1 but {no_compiler}")
+        _say(no_compiler + "; installing the pure-torch path")
+        info["skipped"] = no_compiler
         return [], {}, info
 
     define = list(BUILD.DEFINES)

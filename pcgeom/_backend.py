@@ -74,7 +74,9 @@ def _initialise() -> None:
             _state["extension_loaded"] = True
         else:
             _state["load_error"] = err
-            if err != "not built":
+            if err == "not built":
+                _warn_unbuilt()
+            else:
                 warnings.warn(
                     f"pcgeom: the native library is present but failed to load ({err}); "
                     "using the pure-torch path. Run `pcgeom doctor` for details.",
@@ -87,6 +89,26 @@ def _initialise() -> None:
                 _state["cuda_extension_loaded"] = True
             else:
                 _state["cuda_load_error"] = cuda_err
+
+
+def _warn_unbuilt() -> None:
+    """Says once, at import, why an install has no native kernels, when it was not asked for.
+
+    pip shows a successful build's output only with -v, so a build that fell back to the
+    pure-torch path (no compiler, a failed compile) would otherwise be silent.  A build
+    skipped on purpose (PCGEOM_NO_EXT=1) and a source tree never built stay quiet.
+    """
+    build = build_info()
+    reason = build.get("skipped") or "; ".join(
+        f"{name}: {why.splitlines()[0][:200]}" for name, why in sorted((build.get("failed") or {}).items()))
+    if not reason or reason.startswith("PCGEOM_NO_EXT"):
+        return
+    warnings.warn(
+        f"pcgeom: native kernels were not built at install ({reason}); every op runs on the pure-torch "
+        "path (same answers, slower). Run `pcgeom doctor` for the fix.",
+        RuntimeWarning,
+        stacklevel=4,
+    )
 
 
 def build_info() -> dict:

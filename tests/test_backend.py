@@ -168,6 +168,49 @@ def test_failed_inplace_build_removes_the_library_of_an_earlier_build(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_missing_compiler_is_named_at_build_import_and_doctor(tmp_path):
+    """With no C++ compiler on PATH the build is skipped with a plain reason (not torch's
+    "Error compiling objects for extension"), import warns once with that reason, and
+    `pcgeom doctor` prints it."""
+    if not (ROOT / "setup.py").exists():
+        pytest.skip("needs the source tree")
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv", "build", ".git", "*.so", "__pycache__",
+                                                             "*.egg-info", "pcgeom-demo", "out", "_build_info.json"))
+    bare = tmp_path / "bin"  # a PATH with python's folder only: no c++, gcc or cc
+    bare.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("CXX", "CC", "PCGEOM_REQUIRE_EXT", "PCGEOM_DISABLE_EXT")}
+    env["PATH"] = str(bare)
+    r = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=src,
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "no C++ compiler found (CXX=c++: not on PATH)" in r.stderr
+    assert "Error compiling objects" not in r.stdout + r.stderr
+    info = json.loads((src / "pcgeom" / "_build_info.json").read_text())
+    assert info["skipped"].startswith("no C++ compiler found (CXX=c++: not on PATH)")
+    assert not list((src / "pcgeom").glob("_C*.so"))
+    code = (
+        "import sys, warnings; sys.meta_path = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]; "
+        f"sys.path.insert(0, {str(src)!r}); warnings.simplefilter('always')\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    import pcgeom\n"
+        "assert pcgeom.__file__.startswith(sys.path[0]), pcgeom.__file__\n"
+        "msgs = [str(x.message) for x in w if 'native kernels were not built' in str(x.message)]\n"
+        "print(len(msgs), 'no C++ compiler found (CXX=c++: not on PATH)' in msgs[0])\n"
+        "import argparse, pcgeom.cli.doctor as d; d.run(argparse.Namespace(check=False))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "1 True"
+    assert any(line.strip().startswith("native build       skipped: no C++ compiler found") for line in lines), r.stdout
+    # PCGEOM_REQUIRE_EXT=1 turns the same situation into an error that says so
+    r = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=src,
+                       capture_output=True, text=True, env={**env, "PCGEOM_REQUIRE_EXT": "1"}, timeout=600)
+    assert r.returncode != 0 and "PCGEOM_REQUIRE_EXT=1 but no C++ compiler found" in r.stderr
+
+
+@pytest.mark.slow
 def test_failed_compiler_still_installs_the_pure_torch_path(tmp_path):
     """A broken compiler must not fail `pip install`: the package installs
     without the native library, records why, and runs on the pure-torch path."""

@@ -26,6 +26,8 @@ def run(args) -> int:
     if info["cuda_load_error"] and info["cuda_load_error"] != "not built":
         print(f"  CUDA load error    {info['cuda_load_error']}")
     build = info.get("build") or {}
+    if build.get("skipped"):
+        print(f"  native build       skipped: {build['skipped']}")
     for name, why in (build.get("failed") or {}).items():
         print(f"  build of {name} failed: {why.splitlines()[0][:200]}")
     if build.get("cuda_skipped"):
