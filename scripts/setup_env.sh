@@ -5,7 +5,8 @@
 #   * pcgeom itself, its native kernels compiled against that torch (never at import).
 # Environment: PYTHON (default python3), PCGEOM_VENV (default .venv),
 # PCGEOM_TORCH (torch requirement, default torch==2.13.0), PCGEOM_EXTRAS (default vis),
-# PCGEOM_REQUIRE_EXT=1 (a failed native build is an error), CI=true (every step must succeed).
+# PCGEOM_REQUIRE_EXT=1 (a failed native build is an error), CI=true (every step must succeed),
+# PCGEOM_REBUILD=1 (rebuild the kernels even though nothing they are built from changed).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -49,8 +50,45 @@ PY="$VENV/bin/python"
 say "installing $TORCH_REQ"
 "$PY" -m pip install -q "$TORCH_REQ"
 
-say "building and installing pcgeom[$EXTRAS] (native kernels compile now, once)"
-# --no-build-isolation: compile against the torch installed above, not a fresh download.
-# --no-cache-dir: never reuse a cached wheel built without the kernels.
-"$PY" -m pip install -q --no-build-isolation --no-cache-dir -e ".[$EXTRAS]"
+# The install is editable, so Python edits need no reinstall; the kernels are rebuilt only when
+# what they are built from changed: the C++ sources, the build scripts, the op registry (it
+# generates the schema header), the dependencies and extras, the torch, the compiler and the
+# build switches.  PCGEOM_REBUILD=1 forces a rebuild.
+stamp_file="$VENV/.pcgeom-build-stamp"
+stamp=$("$PY" - "$EXTRAS" <<'PYEOF'
+import glob, hashlib, os, shutil, sys
+import torch
+h = hashlib.sha256()
+files = sorted(glob.glob("csrc/**/*", recursive=True)) + ["setup.py", "pyproject.toml", "pcgeom/ops/registry.py"]
+for f in files:
+    if os.path.isfile(f) and not f.endswith("generated_schemas.h"):
+        h.update(f.encode() + b"\0")
+        with open(f, "rb") as fh:
+            h.update(fh.read())
+env = [os.environ.get(k, "") for k in ("CXX", "CC", "CUDA_HOME", "TORCH_CUDA_ARCH_LIST", "PCGEOM_REQUIRE_EXT",
+                                       "PCGEOM_NO_EXT", "FORCE_CUDA", "PCGEOM_NO_CUDA")]
+cxx = os.environ.get("CXX", "").strip() or "c++"
+meta = [os.getcwd(), sys.argv[1], torch.__version__, str(shutil.which(cxx.split()[0])), str(shutil.which("nvcc"))] + env
+h.update("\0".join(meta).encode())
+print(h.hexdigest())
+PYEOF
+)
+built_ok=false
+if [ -f pcgeom/_build_info.json ] && [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "$stamp" ] \
+   && [ "${PCGEOM_REBUILD:-0}" != 1 ] \
+   && "$PY" -c "import pcgeom, sys; sys.exit(not pcgeom.__file__.startswith('$PWD/'))" >/dev/null 2>&1; then
+  built_ok=true
+fi
+if $built_ok; then
+  say "pcgeom[$EXTRAS] is installed and its kernels are current (C++ sources, registry, torch and switches unchanged): no rebuild (PCGEOM_REBUILD=1 forces one)"
+else
+  say "building and installing pcgeom[$EXTRAS] (native kernels compile now, once)"
+  rm -f "$stamp_file"
+  # --no-build-isolation: compile against the torch installed above, not a fresh download.
+  # --no-cache-dir: never reuse a cached wheel built without the kernels.
+  build_start=$(date +%s)
+  "$PY" -m pip install -q --no-build-isolation --no-cache-dir -e ".[$EXTRAS]"
+  echo "   (built and installed in $(( $(date +%s) - build_start )) s)"
+  echo "$stamp" > "$stamp_file"
+fi
 "$PY" -m pcgeom doctor

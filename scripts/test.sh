@@ -20,16 +20,11 @@ while [ $# -gt 0 ]; do
     *) args+=("$1"); shift ;;
   esac
 done
-native_sel=()
-[ -z "$mark" ] || native_sel=(-m "$mark")
-ops_sel=(-m "ops${mark:+ and $mark}")
 
 PCGEOM_EXTRAS=${PCGEOM_EXTRAS:-test,vis} source scripts/setup_env.sh
 PY="${PCGEOM_VENV:-.venv}/bin/python"
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$(mktemp -d -t pcgeom-inductor.XXXXXX)}
 export MESA_SHADER_CACHE_DIR=${MESA_SHADER_CACHE_DIR:-$TORCHINDUCTOR_CACHE_DIR/mesa}
 
-printf '\n== tests: native kernels\n'
-"$PY" -m pytest -q ${native_sel[@]+"${native_sel[@]}"} ${args[@]+"${args[@]}"}
-printf '\n== tests: op suite on the pure-torch path (PCGEOM_DISABLE_EXT=1)\n'
-PCGEOM_DISABLE_EXT=1 "$PY" -m pytest -q "${ops_sel[@]}" ${args[@]+"${args[@]}"}
+# Both halves, each reported; fails if either failed (scripts/run_halves.sh).
+bash scripts/run_halves.sh "$PY" "$mark" ${args[@]+"${args[@]}"}
