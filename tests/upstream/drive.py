@@ -192,7 +192,7 @@ def point_mae():
         point_all = min(raw.shape[1], {1024: 1200, 2048: 2400}[npoints])
         ref_idx = K.fps(raw, point_all)[:, np.random.choice(point_all, npoints, False)]
         assert torch.equal(out, gather_rows(raw, ref_idx)), f"runner_finetune sampling (npoints={npoints}) differs"
-    return f"point_mae: grouping exact, loss and gradients match, runner sampling exact"
+    return "point_mae: grouping exact, loss and gradients match, runner sampling exact"
 
 
 # ---------------------------------------------------------------------------
@@ -275,7 +275,7 @@ def pointnet2_cls():
     g = torch.Generator().manual_seed(3)
     pc = torch.cat([cloud(2, 1024, 3, near_origin=2), torch.rand(2, 1024, 3, generator=g)], dim=-1)  # xyz + normals
     _check_pointnet2(model, pc, ref, "pointnet2 SSG cls")
-    return f"pointnet2_cls: forward and backward match"
+    return "pointnet2_cls: forward and backward match"
 
 
 def pointnet2_sem():
@@ -298,7 +298,7 @@ def pointnet2_sem():
     g = torch.Generator().manual_seed(4)
     pc = torch.cat([cloud(1, 1024, 4, near_origin=2), torch.rand(1, 1024, 6, generator=g)], dim=-1)
     _check_pointnet2(model, pc, ref, "pointnet2 SSG semseg")
-    return f"pointnet2_sem: forward and backward match"
+    return "pointnet2_sem: forward and backward match"
 
 
 # ---------------------------------------------------------------------------

@@ -54,12 +54,13 @@ if not torch.cuda.is_available():
     torch.Tensor.cuda = lambda self, *a, **k: self
 
 
+_FLOAT_ALLOC = {torch.float32: torch.cuda.FloatTensor,  # the CPU alias above, or CUDA's own
+                torch.float64: torch.DoubleTensor if not torch.cuda.is_available() else torch.cuda.DoubleTensor}
+
+
 def float_allocations(dtype):
-    """pointops.py's ``torch.cuda.FloatTensor`` (aliased on a CPU-only torch) allocates ``dtype``."""
-    if not torch.cuda.is_available():
-        torch.cuda.FloatTensor = {torch.float32: torch.FloatTensor, torch.float64: torch.DoubleTensor}[dtype]
-    elif dtype != torch.float32:
-        raise RuntimeError("the float64 run needs pointops.py's torch.cuda.FloatTensor aliased (CPU-only torch)")
+    """pointops.py's ``torch.cuda.FloatTensor`` allocates ``dtype`` (float64 for the float64 run)."""
+    torch.cuda.FloatTensor = _FLOAT_ALLOC[dtype]
 
 
 # float64 runs agree to summation-order rounding (measured: see the README); 1e-9 of the norm still

@@ -146,7 +146,8 @@ def knnquery_cuda(b, n, m, nsample, xyz, new_xyz, idx, dist2):
         best = np.full((m, nsample), 1e40)
         besti = np.zeros((m, nsample), dtype=np.int64)
         for k in range(n):
-            d2 = _d2(c[bi, :, 0], c[bi, :, 1], c[bi, :, 2], p[bi, k, 0], p[bi, k, 1], p[bi, k, 2], ft).astype(np.float64)
+            d2 = _d2(c[bi, :, 0], c[bi, :, 1], c[bi, :, 2], p[bi, k, 0], p[bi, k, 1], p[bi, k, 2], ft)
+            d2 = d2.astype(np.float64)
             lt = d2[:, None] < best
             ins = lt.any(1)
             j = np.argmax(lt, 1)[:, None]
@@ -177,7 +178,8 @@ def nearestneighbor_cuda(b, n, m, unknown, known, dist2, idx):
         b1 = np.full(n, 1e40); b2 = np.full(n, 1e40); b3 = np.full(n, 1e40)
         i1 = np.zeros(n, np.int64); i2 = np.zeros(n, np.int64); i3 = np.zeros(n, np.int64)
         for k in range(m):
-            d = _d2(u[bi, :, 0], u[bi, :, 1], u[bi, :, 2], kn[bi, k, 0], kn[bi, k, 1], kn[bi, k, 2], ft).astype(np.float64)
+            d = _d2(u[bi, :, 0], u[bi, :, 1], u[bi, :, 2], kn[bi, k, 0], kn[bi, k, 1], kn[bi, k, 2], ft)
+            d = d.astype(np.float64)
             c1 = d < b1
             c2 = ~c1 & (d < b2)
             c3 = ~c1 & ~c2 & (d < b3)
