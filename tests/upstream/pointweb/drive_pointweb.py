@@ -9,10 +9,21 @@ pcgeom's stand-in.  ``PointWebSeg`` runs one training-mode forward + backward
 on a batch of two clouds; then the *same* model (same weights, same dropout
 seed) runs again with that module's ``pointops_cuda`` swapped for
 ``pointweb64`` (float64 numpy transcriptions of the CUDA kernels, with the
-extension's signatures).  Every index the kernels write must be equal,
-outputs, input gradients and parameter gradients equal to float32 rounding.
+extension's signatures).  Every index the kernels write must be equal.
+
+The comparison runs twice.  In float64 (a deep copy of the model cast with
+``.double()``, the input too, and ``pointops.py``'s float allocations made
+float64; the shims and the transcriptions take float64) the output, the input
+gradient and every parameter gradient must agree to 1e-9 of their norm: that
+is what says the shims' forward and backward are right, on any CPU and any
+thread count.  In float32 (what users train in) indices must still be equal,
+the output agree to float32 rounding and every gradient be finite; float32
+gradients are not compared, because torch's own float32 reductions (matmuls,
+softmax, max-pool near-ties) move a whole model's gradient by ~1e-3 from one
+CPU or thread count to another, which says nothing about the shims.
 """
 
+import copy
 import os
 import sys
 import time
@@ -33,12 +44,28 @@ pcgeom.compat.enable_shims()
 
 # Harness only (no vendored file is changed): pointops.py allocates every output with
 # torch.cuda.FloatTensor / IntTensor / LongTensor and _AFAModule moves torch.eye(M) with .cuda(),
-# which a CPU-only torch cannot do; alias them to CPU when CUDA is absent.
+# which a CPU-only torch cannot do; alias them to CPU when CUDA is absent.  For the float64 run
+# (see the docstring) FloatTensor is aliased to the float64 constructor, so the kernels' float
+# outputs (gathered features, interpolation, nearest-neighbour distances) are float64 like the model.
 if not torch.cuda.is_available():
     torch.cuda.FloatTensor = torch.FloatTensor
     torch.cuda.IntTensor = torch.IntTensor
     torch.cuda.LongTensor = torch.LongTensor
     torch.Tensor.cuda = lambda self, *a, **k: self
+
+
+_FLOAT_ALLOC = {torch.float32: torch.cuda.FloatTensor,  # the CPU alias above, or CUDA's own
+                torch.float64: torch.DoubleTensor if not torch.cuda.is_available() else torch.cuda.DoubleTensor}
+
+
+def float_allocations(dtype):
+    """pointops.py's ``torch.cuda.FloatTensor`` allocates ``dtype`` (float64 for the float64 run)."""
+    torch.cuda.FloatTensor = _FLOAT_ALLOC[dtype]
+
+
+# float64 runs agree to summation-order rounding (measured: see the README); 1e-9 of the norm still
+# catches a 1e-7 relative change of any grouped feature.
+REL64 = 1e-9
 
 
 def load_pointweb_seg():
@@ -78,14 +105,20 @@ class Log:
         return call
 
 
+_worst64 = [0.0, ""]  # the largest relative float64 difference, printed with the summary
+
+
 def close(a, b, name, rel=2e-4, floor=1e-7):
     a, b = a.detach().double(), b.detach().double()
     err = (a - b).norm().item()
     scale = b.norm().item()
+    r = err / max(scale, 1e-300)
+    if rel == REL64 and r > _worst64[0]:
+        _worst64[:] = [r, name]
     if os.environ.get("PW_VERBOSE"):
-        print(f"{name}: rel {err / max(scale, 1e-30):.2e}")
+        print(f"{name}: rel {r:.2e}")
     if not err <= rel * scale + floor:
-        raise AssertionError(f"{name}: |diff| {err:.3g} vs |ref| {scale:.3g}")
+        raise AssertionError(f"{name}: |diff| {err:.3g} vs |ref| {scale:.3g} (relative {r:.3g}, limit {rel:g})")
 
 
 def step(model, pc, labels, seed=0):
@@ -122,14 +155,29 @@ def main():
     labels = torch.randint(0, NCLS, (B, N), generator=g)
 
     t0 = time.perf_counter()
-    shim_log, ref_log = [], []
-    P.pointops_cuda = Log(pointops_cuda, shim_log)
-    out, gx, grads = step(model, pc, labels)
+    model64 = copy.deepcopy(model).double()
+    n_calls, n_idx = run_pair(P, pointops_cuda, model64, pc.double(), labels, "float64")
     t1 = time.perf_counter()
-    P.pointops_cuda = Log(K, ref_log)
-    r_out, r_gx, r_grads = step(model, pc, labels)
+    run_pair(P, pointops_cuda, model, pc, labels, "float32")
     t2 = time.perf_counter()
-    P.pointops_cuda = pointops_cuda
+    where = f" ({_worst64[1]})" if _worst64[0] else " (bit-identical)"
+    print(f"{n_calls} pointops_cuda calls, {n_idx} index outputs equal (each run); worst float64 relative "
+          f"difference {_worst64[0]:.2g}{where}; float64 pair {t1 - t0:.1f}s, float32 pair {t2 - t1:.1f}s")
+    print("OK pointweb")
+
+
+def run_pair(P, pointops_cuda, model, pc, labels, label):
+    """The model through the shims, then through the transcriptions; compares (see the module docstring)."""
+    float_allocations(pc.dtype)
+    shim_log, ref_log = [], []
+    try:
+        P.pointops_cuda = Log(pointops_cuda, shim_log)
+        out, gx, grads = step(model, pc, labels)
+        P.pointops_cuda = Log(K, ref_log)
+        r_out, r_gx, r_grads = step(model, pc, labels)
+    finally:
+        P.pointops_cuda = pointops_cuda
+        float_allocations(torch.float32)
 
     names = [n for n, _ in shim_log]
     assert names == [n for n, _ in ref_log], "the two runs made different calls"
@@ -142,15 +190,24 @@ def main():
         if a is not None:
             n_idx += 1
             if not torch.equal(a, b):
-                raise AssertionError(f"{name}: {int((a != b).sum())} indices differ")
-    close(out, r_out, "output")
-    close(gx, r_gx, "input gradient")
-    assert grads.keys() == r_grads.keys()
-    for k in grads:
-        close(grads[k], r_grads[k], f"grad {k}", rel=1e-3, floor=1e-6)
-    print(f"{len(names)} pointops_cuda calls, {n_idx} index outputs equal, {len(grads)} parameter gradients; "
-          f"shims {t1 - t0:.1f}s, transcription {t2 - t1:.1f}s")
-    print("OK pointweb")
+                raise AssertionError(f"{label} {name}: {int((a != b).sum())} indices differ")
+    assert grads.keys() == r_grads.keys() and len(grads) > 10
+    assert out.dtype == gx.dtype == pc.dtype and all(g.dtype == pc.dtype for g in grads.values())
+    if pc.dtype == torch.float64:
+        close(out, r_out, f"{label} output", rel=REL64, floor=0.0)
+        close(gx, r_gx, f"{label} input gradient", rel=REL64, floor=0.0)
+        # A gradient that cancels to ~0 (a bias feeding a batch norm) is rounding in both runs:
+        # it is held to REL64 of the whole gradient's norm.
+        floor = REL64 * torch.cat([g.flatten() for g in r_grads.values()]).norm().item()
+        for k in grads:
+            close(grads[k], r_grads[k], f"{label} grad {k}", rel=REL64, floor=floor)
+    else:
+        close(out, r_out, f"{label} output")
+        for k, g in [("input gradient", gx), ("input gradient (reference)", r_gx)] + sorted(grads.items()) \
+                + sorted(r_grads.items()):
+            if not torch.isfinite(g).all():
+                raise AssertionError(f"{label} {k}: non-finite gradient")
+    return len(names), n_idx
 
 
 if __name__ == "__main__":

@@ -12,7 +12,12 @@ Arithmetic: the squared distances that decide an index are formed in
 float32 exactly as the kernels write them, ``(a-b)*(a-b) + (c-d)*(c-d) +
 (e-f)*(e-f)`` rounded after every operation (nvcc may fuse these into FMAs;
 not modelled); everything else -- interpolation sums, gradients -- in
-float64.  Each thread's loop is kept as written and vectorised across
+float64.  Given float64 coordinates (the end-to-end driver's float64 run,
+where the outputs are float64 too) the ball query, KNN, nearest-neighbour and
+feature-distribute kernels form the same expression in float64 instead, as
+pcgeom's stand-in does for float64: a float64 run is then float64 throughout.
+Farthest point sampling stays in float32 for every dtype (the stand-in
+decides in float32 whatever the dtype, like the kernel).  Each thread's loop is kept as written and vectorised across
 threads (the loop over the points stays a loop).
 
 The one race: ``knnquery_cuda_kernel`` never offsets ``dist2``, so every
@@ -44,10 +49,21 @@ def _store(out, arr, add=False):
             out.copy_(src.to(out.dtype))
 
 
-def _d2(ax, ay, az, bx, by, bz):
-    """float32 ``(ax-bx)*(ax-bx) + (ay-by)*(ay-by) + (az-bz)*(az-bz)``, left to right."""
-    dx, dy, dz = F32(ax) - F32(bx), F32(ay) - F32(by), F32(az) - F32(bz)
+def _ft(t):
+    """The dtype the kernel's distances are formed in: float64 for float64 coordinates, else float32."""
+    return np.float64 if t.dtype == torch.float64 else F32
+
+
+def _d2(ax, ay, az, bx, by, bz, ft=F32):
+    """``(ax-bx)*(ax-bx) + (ay-by)*(ay-by) + (az-bz)*(az-bz)`` in ``ft`` (float32: the kernel's), left to right."""
+    dx, dy, dz = ft(ax) - ft(bx), ft(ay) - ft(by), ft(az) - ft(bz)
     return (dx * dx + dy * dy) + dz * dz
+
+
+def _unfilled(best, ft):
+    """The kernels' running bests start at double 1e40, stored into a float (inf); a float64 output keeps inf too."""
+    with np.errstate(over="ignore"):
+        return np.where(best >= 1e40, np.inf, best).astype(ft) if ft is not F32 else best.astype(F32)
 
 
 def opt_n_threads(work_size):
@@ -60,9 +76,10 @@ def opt_n_threads(work_size):
 
 def _ball_scan(b, n, m, radius, nsample, new_xyz, xyz, label_stat=None, idx=None, stop=True):
     """``ballquery_cuda_kernel_fast`` (and the labelstat kernels): one thread per centre, vectorised."""
-    r2 = F32(radius) * F32(radius)
-    c = _np(new_xyz, F32).reshape(b, m, 3)
-    p = _np(xyz, F32).reshape(b, n, 3)
+    ft = _ft(xyz)
+    r2 = ft(radius) * ft(radius)
+    c = _np(new_xyz, ft).reshape(b, m, 3)
+    p = _np(xyz, ft).reshape(b, n, 3)
     out = None if idx is None else idx.copy()
     nclass = 0 if label_stat is None else label_stat.shape[-1]
     stat = np.zeros((b, m, nclass), dtype=np.int64)
@@ -70,7 +87,7 @@ def _ball_scan(b, n, m, radius, nsample, new_xyz, xyz, label_stat=None, idx=None
         cnt = np.zeros(m, dtype=np.int64)
         done = np.zeros(m, dtype=bool)
         for k in range(n):
-            d2 = _d2(c[bi, :, 0], c[bi, :, 1], c[bi, :, 2], p[bi, k, 0], p[bi, k, 1], p[bi, k, 2])
+            d2 = _d2(c[bi, :, 0], c[bi, :, 1], c[bi, :, 2], p[bi, k, 0], p[bi, k, 1], p[bi, k, 2], ft)
             hit = (d2 < r2) & ~done
             if label_stat is not None:
                 stat[bi, hit] += label_stat[bi, k]
@@ -119,8 +136,9 @@ def labelstat_idx_cuda(b, n, m, nsample, nclass, label_stat, idx, new_label_stat
 
 def knnquery_cuda(b, n, m, nsample, xyz, new_xyz, idx, dist2):
     """``knnquery_cuda_kernel``: insertion into ``best[nsample]`` (double, 1e40) at the first ``d2 < best[j]``."""
-    p = _np(xyz, F32).reshape(b, n, 3)
-    c = _np(new_xyz, F32).reshape(b, m, 3)
+    ft = _ft(xyz)
+    p = _np(xyz, ft).reshape(b, n, 3)
+    c = _np(new_xyz, ft).reshape(b, m, 3)
     out_i = np.zeros((b, m, nsample), dtype=np.int64)
     first_row = None
     col = np.arange(nsample)
@@ -128,7 +146,8 @@ def knnquery_cuda(b, n, m, nsample, xyz, new_xyz, idx, dist2):
         best = np.full((m, nsample), 1e40)
         besti = np.zeros((m, nsample), dtype=np.int64)
         for k in range(n):
-            d2 = _d2(c[bi, :, 0], c[bi, :, 1], c[bi, :, 2], p[bi, k, 0], p[bi, k, 1], p[bi, k, 2]).astype(np.float64)
+            d2 = _d2(c[bi, :, 0], c[bi, :, 1], c[bi, :, 2], p[bi, k, 0], p[bi, k, 1], p[bi, k, 2], ft)
+            d2 = d2.astype(np.float64)
             lt = d2[:, None] < best
             ins = lt.any(1)
             j = np.argmax(lt, 1)[:, None]
@@ -140,8 +159,7 @@ def knnquery_cuda(b, n, m, nsample, xyz, new_xyz, idx, dist2):
             besti = np.where(ins[:, None], ni, besti)
         out_i[bi] = besti
         if bi == 0 and m > 0:
-            with np.errstate(over="ignore"):
-                first_row = best[0].astype(F32)  # float(1e40) = inf
+            first_row = _unfilled(best[0], ft)  # float(1e40) = inf
     _store(idx, out_i)
     if first_row is not None:
         d = _np(dist2).reshape(-1).copy()
@@ -151,23 +169,24 @@ def knnquery_cuda(b, n, m, nsample, xyz, new_xyz, idx, dist2):
 
 def nearestneighbor_cuda(b, n, m, unknown, known, dist2, idx):
     """``nearestneighbor_cuda_kernel_fast``: three running bests (double, 1e40), strict ``<`` cascade."""
-    u = _np(unknown, F32).reshape(b, n, 3)
-    kn = _np(known, F32).reshape(b, m, 3)
+    ft = _ft(unknown)
+    u = _np(unknown, ft).reshape(b, n, 3)
+    kn = _np(known, ft).reshape(b, m, 3)
     D = np.zeros((b, n, 3))
     I = np.zeros((b, n, 3), dtype=np.int64)
     for bi in range(b):
         b1 = np.full(n, 1e40); b2 = np.full(n, 1e40); b3 = np.full(n, 1e40)
         i1 = np.zeros(n, np.int64); i2 = np.zeros(n, np.int64); i3 = np.zeros(n, np.int64)
         for k in range(m):
-            d = _d2(u[bi, :, 0], u[bi, :, 1], u[bi, :, 2], kn[bi, k, 0], kn[bi, k, 1], kn[bi, k, 2]).astype(np.float64)
+            d = _d2(u[bi, :, 0], u[bi, :, 1], u[bi, :, 2], kn[bi, k, 0], kn[bi, k, 1], kn[bi, k, 2], ft)
+            d = d.astype(np.float64)
             c1 = d < b1
             c2 = ~c1 & (d < b2)
             c3 = ~c1 & ~c2 & (d < b3)
             b3 = np.where(c1 | c2, b2, np.where(c3, d, b3)); i3 = np.where(c1 | c2, i2, np.where(c3, k, i3))
             b2 = np.where(c1, b1, np.where(c2, d, b2)); i2 = np.where(c1, i1, np.where(c2, k, i2))
             b1 = np.where(c1, d, b1); i1 = np.where(c1, k, i1)
-        with np.errstate(over="ignore"):
-            D[bi] = np.stack([b1, b2, b3], -1).astype(F32)  # float(1e40) = inf
+        D[bi] = _unfilled(np.stack([b1, b2, b3], -1), ft)  # float(1e40) = inf
         I[bi] = np.stack([i1, i2, i3], -1)
     _store(dist2, D)
     _store(idx, I)
@@ -175,14 +194,15 @@ def nearestneighbor_cuda(b, n, m, unknown, known, dist2, idx):
 
 def featuredistribute_cuda(b, n, m, max_xyz, xyz, distribute_idx):
     """``featuredistribute_cuda_kernel``: ``min_dist2 = 100000`` (float), ``min_dist_idx = -1``, strict ``<``."""
-    mx = _np(max_xyz, F32).reshape(b, n, 3)
-    p = _np(xyz, F32).reshape(b, m, 3)
+    ft = _ft(xyz)
+    mx = _np(max_xyz, ft).reshape(b, n, 3)
+    p = _np(xyz, ft).reshape(b, m, 3)
     out = np.zeros((b, m), dtype=np.int64)
     for bi in range(b):
-        best = np.full(m, F32(100000))
+        best = np.full(m, ft(100000))
         bi_ = np.full(m, -1, dtype=np.int64)
         for k in range(n):
-            d2 = _d2(mx[bi, k, 0], mx[bi, k, 1], mx[bi, k, 2], p[bi, :, 0], p[bi, :, 1], p[bi, :, 2])
+            d2 = _d2(mx[bi, k, 0], mx[bi, k, 1], mx[bi, k, 2], p[bi, :, 0], p[bi, :, 1], p[bi, :, 2], ft)
             upd = d2 < best
             best = np.where(upd, d2, best)
             bi_ = np.where(upd, k, bi_)
@@ -197,7 +217,7 @@ def furthestsampling_cuda(b, n, m, points, temp, idx):
     """``furthestsampling_cuda_kernel<block_size>``: one block per cloud, ``opt_n_threads(n)`` threads."""
     if m <= 0:
         return
-    pts = _np(points, F32).reshape(b, n, 3)
+    pts = _np(points, F32).reshape(b, n, 3)  # float32 whatever the dtype (see the module docstring)
     tmp = _np(temp, F32).reshape(b, n).copy()
     out = np.zeros((b, m), dtype=np.int64)
     bs = opt_n_threads(n)
