@@ -468,3 +468,35 @@ def test_stand_in_calls_with_data_dependent_sizes_refused_by_name(name):
         warnings.simplefilter("ignore")
         with pytest.raises(pxo.ExportError, match=match):
             pxo.export(_Fn(fn), args)
+
+
+def test_pyg_lib_stand_in_knn_exports_for_one_cloud_and_refuses_the_rest_by_name():
+    # PyG 2.8 calls torch.ops.pyg.knn (the pyg_lib stand-in): "No ONNX function found for pyg.knn" before.
+    import pcgeom.compat.pyg_lib  # noqa: F401  (defines torch.ops.pyg.* where no real pyg-lib is installed)
+    from pcgeom.compat.pyg_lib._ops import registered_ops
+
+    if "knn" not in registered_ops():
+        pytest.skip("a real pyg-lib defines torch.ops.pyg here")
+    fn = lambda x, y: torch.ops.pyg.knn(x, y, None, None, 5, False, 1)  # noqa: E731
+    run = _export(fn, torch.rand(20, 3), torch.rand(12, 3))
+    g = torch.Generator().manual_seed(8)
+    for n, m in [(30, 7), (5, 5), (3, 6), (1, 4), (0, 3), (6, 0), (40, 40)]:  # N < k: min(k, N) edges per query
+        x, y = torch.rand(n, 3, generator=g), torch.rand(m, 3, generator=g)
+        if n > 2:
+            x[1] = x[2]  # an exact tie
+        _equal(run(x, y)[0], fn(x, y), f"pyg.knn {n, m}")
+    refused = {
+        "knn with ptr": (lambda x, p: torch.ops.pyg.knn(x, x, p, p, 3, False, 1),
+                         (torch.rand(20, 3), torch.tensor([0, 8, 20])), "pyg_lib's knn.*ptr_x.*batch=None"),
+        "radius": (lambda x: torch.ops.pyg.radius(x, x, None, None, 0.3, 8, 1, False), (torch.rand(20, 3),),
+                   "pyg_lib's radius.*ball_query"),
+        "fps": (lambda x, p: torch.ops.pyg.fps(x, p, 0.5, False), (torch.rand(20, 3), torch.tensor([0, 20])),
+                "pyg_lib's fps.*farthest_point_sample"),
+        "nearest": (lambda x, y: torch.ops.pyg.nearest(x, y, None, None), (torch.rand(20, 3), torch.rand(8, 3)),
+                    "pyg_lib's nearest.*pcgeom.knn"),
+    }
+    for name, (f, args, match) in refused.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with pytest.raises(pxo.ExportError, match=match):
+                pxo.export(_Fn(f), args)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 import warnings
 
 import torch
@@ -90,6 +91,12 @@ def translation_table() -> dict:
     for qualname, where in PYTHON_OP_ONNX.items():  # and the Python custom ops' there too
         namespace, name = qualname.split("::")
         table[getattr(getattr(torch.ops, namespace), name).default] = load(where)
+    if "pcgeom.compat.pyg_lib" in sys.modules:  # PyG 2.8's torch.ops.pyg.*, where pcgeom's stand-in defined them
+        from pcgeom.compat.pyg_lib._ops import registered_ops
+
+        for name in registered_ops():
+            if name in tr.PYG_LIB_TRANSLATIONS:
+                table[getattr(torch.ops.pyg, name).default] = tr.PYG_LIB_TRANSLATIONS[name]
     for name, fn in tr.ATEN_TRANSLATIONS.items():
         packet, overload = name.split(".")
         table[getattr(getattr(torch.ops.aten, packet), overload)] = fn
@@ -192,6 +199,19 @@ _DATA_DEPENDENT = {
 }
 
 
+# Upstream code (not pcgeom's) that fails the same way, keyed by its path's tail.
+_UPSTREAM_DATA_DEPENDENT = {
+    ("torch_geometric/index.py", "index2ptr"): (
+        "pcgeom.onnx: PyG 2.8's layers with a batch vector (DynamicEdgeConv, GravNetConv, XConv, knn_graph, "
+        "radius_graph, fps ...) cannot be exported: PyG's index2ptr turns the batch vector into CSR pointers for "
+        "torch.ops.pyg.* and reads the number of clouds from its values, a branch on data that torch.export cannot "
+        "trace; export the model for one cloud per call (batch=None; the pyg_lib stand-in's one-cloud knn exports "
+        "with static edge counts), or search packed clouds with pcgeom.knn(y, x, k, query_offsets=..., "
+        "points_offsets=...), which exports"
+    ),
+}
+
+
 def _name_checks(model) -> None:
     """Names each run-time check's node after its message, which onnxruntime prints when the check fails.
 
@@ -214,8 +234,12 @@ def _known_trace_failure(exc: BaseException):
     tb = exc.__traceback__
     while tb is not None:
         code = tb.tb_frame.f_code
+        path = code.co_filename.replace("\\", "/")
         for (file, func), hint in _DATA_DEPENDENT.items():
-            if code.co_name == func and code.co_filename.replace("\\", "/").endswith("pcgeom/" + file):
+            if code.co_name == func and path.endswith("pcgeom/" + file):
+                return hint
+        for (file, func), hint in _UPSTREAM_DATA_DEPENDENT.items():
+            if code.co_name == func and path.endswith("/" + file):
                 return hint
         tb = tb.tb_next
     return None

@@ -465,6 +465,81 @@ def searchsorted_translation(sorted_sequence, self, *, out_int32: bool = False, 
     return op.Cast(count, to=ir.DataType.INT32) if out_int32 else count
 
 
+def pyg_knn_translation(x, y, ptr_x=None, ptr_y=None, k: int = 1, cosine: bool = False, num_workers: int = 1):
+    """``pyg::knn`` as pcgeom's pyg_lib stand-in serves it (PyG 2.8's ``DynamicEdgeConv``, ``knn_graph``, ...), one cloud.
+
+    For ``ptr_x = ptr_y = None`` (one cloud, what PyG passes for ``batch=None``)
+    the stand-in returns, for each row of ``y`` in order, its ``min(k, N)``
+    nearest rows of ``x`` (nearest first, ties to the lower index; no slot is
+    ever ``-1`` in one cloud: NaN points are ranked last, not dropped), as
+    ``edge_index (2, M * min(k, N))`` ``[y row, x row]`` -- the torch_cluster
+    stand-in's one-cloud search, with the same KNN translation (:func:`knn_translation`).
+    ``y`` is cast to ``x``'s dtype first, as the stand-in does.  Several clouds
+    (``ptr_x`` / ``ptr_y``) and ``cosine=True`` raise :class:`ExportError`.
+    """
+    if ptr_x is not None or ptr_y is not None:
+        raise ExportError(
+            "pcgeom.onnx: pyg_lib's knn (torch.ops.pyg.knn, pcgeom's stand-in; PyG 2.8's DynamicEdgeConv, knn_graph, "
+            "knn_interpolate ...) with ptr_x / ptr_y (a batch of clouds) cannot be exported: the edge count depends "
+            "on the clouds' sizes, read from tensor values; export the model for one cloud per call (batch=None), "
+            "or search packed clouds with pcgeom.knn(y, x, k, query_offsets=..., points_offsets=...), which exports"
+        )
+    if cosine:
+        raise ExportError(
+            "pcgeom.onnx: pyg_lib's knn (torch.ops.pyg.knn) with cosine=True cannot be exported exactly (the row "
+            "norms' summation order is not ONNX's); normalise the rows in the model and search with cosine=False"
+        )
+    fn = "pyg.knn"
+    d = _static_dim(fn, "x", x, 1, "(N, F)")
+    y = op.CastLike(y, x)
+    q, p = op.Unsqueeze(y, [0]), op.Unsqueeze(x, [0])
+    for v in (q, p):  # _search reads the coordinate count and dtype from its inputs
+        v.dtype = x.dtype
+        v.shape = ir.Shape([1, None, d])
+    m1, n1 = _dim(y, 0), _dim(x, 0)
+    _, idx = _search(fn, q, p, k, m1, n1)  # (1, M, k), -1 only in the slots >= N
+    kt = op.Min(_const([k], np.int64), n1)
+    idx = op.Slice(op.Squeeze(idx, [0]), _const([0], np.int64), kt, _const([1], np.int64))  # (M, min(k, N))
+    row = op.Expand(op.Unsqueeze(_arange(m1), [1]), op.Shape(idx))
+    flat = _const([1, -1], np.int64)
+    return op.Concat(op.Reshape(row, flat), op.Reshape(idx, flat), axis=0)
+
+
+def _pyg_refusal(name: str, why: str, instead: str):
+    raise ExportError(f"pcgeom.onnx: pyg_lib's {name} (torch.ops.pyg.{name}, pcgeom's stand-in) cannot be "
+                      f"exported: {why}; {instead}")
+
+
+def pyg_radius_translation(x, y, ptr_x=None, ptr_y=None, r: float = 1.0, max_num_neighbors: int = 32,
+                           num_workers: int = 1, ignore_same_index: bool = False):
+    """``pyg::radius`` is not exported: raises :class:`ExportError` (a data-dependent edge count)."""
+    _pyg_refusal("radius", "the number of edges (points within r, capped at max_num_neighbors) depends on the data",
+                 "search with pcgeom.ball_query(y[None], x[None], r, max_num_neighbors, order='index') (a fixed-size "
+                 "result padded with -1), which exports")
+
+
+def pyg_fps_translation(src, ptr, ratio: float = 0.5, random_start: bool = True):
+    """``pyg::fps`` is not exported: raises :class:`ExportError` (sample counts computed from ``ptr``'s values)."""
+    _pyg_refusal("fps", "the number of samples, ceil(ratio * N) per cloud, is computed from ptr's values",
+                 "sample a fixed count with pcgeom.farthest_point_sample(x[None], n_samples), which exports")
+
+
+def pyg_nearest_translation(x, y, ptr_x=None, ptr_y=None):
+    """``pyg::nearest`` is not exported: raises :class:`ExportError` (cloud sizes checked from ``ptr``'s values)."""
+    _pyg_refusal("nearest", "the stand-in checks the clouds' sizes from ptr's values",
+                 "use pcgeom.knn(x[None], y[None], 1).idx[0, :, 0] for one cloud, which exports")
+
+
+#: pyg-lib's operators as pcgeom's pyg_lib stand-in serves them -> translation (a one-cloud search, or a named
+#: refusal); :func:`pcgeom.onnx.translation_table` adds the ones this process got from the stand-in.
+PYG_LIB_TRANSLATIONS = {
+    "knn": pyg_knn_translation,
+    "radius": pyg_radius_translation,
+    "fps": pyg_fps_translation,
+    "nearest": pyg_nearest_translation,
+}
+
+
 #: ``metadata_props`` key of a run-time check's node; :func:`pcgeom.onnx.export` names the node after its value.
 CHECK_KEY = "pcgeom.check"
 
