@@ -85,3 +85,17 @@ def sqrt_once(dist2: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     if dtype in (torch.float16, torch.bfloat16):
         return round_once(exact_sqrt(dist2.to(torch.float64)), dtype)
     return exact_sqrt(dist2.to(dtype))
+
+
+def ordered_sum(x: torch.Tensor) -> torch.Tensor:
+    """float64 sum over the last axis, one element after the other in index order, starting from 0.
+
+    A sum in a fixed order gives the same bits wherever that order is kept:
+    torch's CPU ``cumsum``, numpy's ``cumsum`` and ONNX ``CumSum`` in
+    onnxruntime all add sequentially, so an exported ``chamfer_distance`` (whose
+    means this sums) returns the eager value exactly; ``Tensor.sum`` /
+    ``mean`` and ``ReduceSum`` / ``ReduceMean`` each pick their own tree.
+    float32 values are exact in float64, so only the additions round.  An
+    empty axis sums to 0 (the leading 0 also makes the last element exist).
+    """
+    return torch.cumsum(torch.nn.functional.pad(x.to(torch.float64), (1, 0)), dim=-1)[..., -1]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 
 from pcgeom import _validation as V
+from pcgeom._export_guard import exporting, require
+from pcgeom._rounding import ordered_sum
 from pcgeom.ops import knn
 
 _KINDS = ("l2", "l1")
@@ -16,7 +18,7 @@ _REDUCTIONS = ("mean", "sum", "none")
 
 
 def _directed(query, points, query_lengths, points_lengths, valid, kind):
-    """Per-cloud mean over valid query points of the (squared) distance to the nearest point."""
+    """Per-cloud mean over valid query points of the (squared) distance to the nearest point (sums in index order)."""
     acc = V.acc_dtype(query.dtype)
     # float16/bfloat16 search in float32 (the neighbours are the same: knn ranks in float32 anyway) so that the
     # squared distances are not rounded to the half dtype, where they underflow to 0 or overflow to inf while
@@ -24,10 +26,10 @@ def _directed(query, points, query_lengths, points_lengths, valid, kind):
     d2 = knn(query.to(acc), points.to(acc), 1, query_lengths=query_lengths, points_lengths=points_lengths).dist2[..., 0]
     d = V.safe_sqrt(d2) if kind == "l1" else d2
     if valid is None:
-        return d.mean(dim=1)
+        return (ordered_sum(d) / d.shape[1]).to(acc)
     # Padded rows hold +inf: select, never multiply (inf * 0 = NaN).
     d = torch.where(valid, d, torch.zeros_like(d))
-    return d.sum(dim=1) / valid.sum(dim=1).to(acc)
+    return (ordered_sum(d) / valid.sum(dim=1).to(torch.float64)).to(acc)
 
 
 def chamfer_distance(x, y, *, x_lengths=None, y_lengths=None, kind="l2", reduction="mean"):
@@ -49,8 +51,9 @@ def chamfer_distance(x, y, *, x_lengths=None, y_lengths=None, kind="l2", reducti
         y: ``(B, M, D)`` tensor of the same B, D, dtype and device, M >= 1.
         x_lengths: optional int ``(B,)``; only ``x[b, :x_lengths[b]]`` counts.
         y_lengths: optional int ``(B,)``; only ``y[b, :y_lengths[b]]`` counts.
-            Every cloud needs at least one point (checked in eager mode; under
-            ``torch.compile`` an empty cloud gives NaN or inf).
+            Every cloud needs at least one point (checked in eager mode and, at
+            run time, in an exported ONNX file; under ``torch.compile`` an
+            empty cloud gives NaN or inf).
         kind: ``"l2"`` (default) or ``"l1"``, as above.
         reduction: ``"mean"`` (default): the average of the per-cloud values,
             which equals Point-MAE's ``mean(dist1) + mean(dist2)`` for
@@ -59,7 +62,9 @@ def chamfer_distance(x, y, *, x_lengths=None, y_lengths=None, kind="l2", reducti
 
     Returns:
         A 0-dim tensor (or ``(B,)`` for ``reduction="none"``) in the dtype of
-        ``x``.  Sums are accumulated in float32 (float64 for float64 input).
+        ``x``.  Squared distances are computed in float32 (float64 for
+        float64 input); means and sums add them in float64, in index order,
+        and round once (an exported model returns the same bits).
         Differentiable with respect to ``x`` and ``y``; for ``kind="l1"`` the
         gradient of a point lying exactly on its nearest neighbour is 0
         (not the NaN that ``sqrt`` at 0 produces in the original extensions).
@@ -99,6 +104,10 @@ def chamfer_distance(x, y, *, x_lengths=None, y_lengths=None, kind="l2", reducti
             if lens is not None and bool((lens == 0).any()):
                 b = int((lens == 0).nonzero()[0, 0])
                 raise ValueError(f"{fn}: {name}[{b}]=0, but every cloud needs at least one point")
+    if exporting():  # the empty-cloud checks above, kept in the exported graph for every later size
+        ok = [torch.scalar_tensor(torch.sym_min(N, M), dtype=torch.int64, device=x.device).reshape(1) >= 1]
+        ok += [lens >= 1 for lens in (xl, yl) if lens is not None]
+        x = require(x, torch.cat(ok), f"{fn}: every cloud needs at least one point (N >= 1, M >= 1, lengths >= 1)")
     x_valid = None if xl is None else torch.arange(N, device=x.device) < xl[:, None]
     y_valid = None if yl is None else torch.arange(M, device=x.device) < yl[:, None]
     d_xy = _directed(x, y, xl, yl, x_valid, kind)
@@ -106,10 +115,12 @@ def chamfer_distance(x, y, *, x_lengths=None, y_lengths=None, kind="l2", reducti
     per_cloud = d_xy + d_yx
     if kind == "l1":
         per_cloud = per_cloud / 2
+    # Means and sums in index order in float64 (_rounding.ordered_sum), rounded once: an exported model sums in the
+    # same order, so it returns these bits; B = 0 gives the mean of nothing, NaN, there too.
     if reduction == "mean":
-        out = per_cloud.mean()
+        out = (ordered_sum(per_cloud) / B).to(per_cloud.dtype)
     elif reduction == "sum":
-        out = per_cloud.sum()
+        out = ordered_sum(per_cloud).to(per_cloud.dtype)
     else:
         out = per_cloud
     return out.to(x.dtype)

@@ -188,5 +188,7 @@ def interpolate_features(query, points, features, k=3, *, eps=1e-8, points_lengt
     res = knn(query, points, k, points_lengths=points_lengths)
     # Missing neighbours have dist2 = +inf, hence weight 0, and gather zeros.
     recip = 1.0 / (V.safe_sqrt(res.dist2) + eps)
-    weight = recip / recip.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(recip.dtype).tiny)
+    # The floor as a tensor, not a Python float: an exported graph would hold the float as a float32 constant,
+    # where float64's tiny is 0, and an empty cloud's weights would be 0 / 0 = NaN instead of 0.
+    weight = recip / recip.sum(dim=-1, keepdim=True).clamp_min(recip.new_tensor(torch.finfo(recip.dtype).tiny))
     return (knn_gather(features, res.idx) * weight.unsqueeze(-1)).sum(dim=2)

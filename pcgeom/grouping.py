@@ -23,6 +23,7 @@ from typing import NamedTuple
 import torch
 from einops import rearrange, repeat
 
+from pcgeom._export_guard import exporting, require
 from pcgeom import _pointnet2_kernel as pointnet2_kernel
 from pcgeom import _validation as V
 from pcgeom.ops import farthest_point_sample, knn
@@ -267,6 +268,10 @@ def group_patches(points, n_centers, k, *, return_index=False, fps="exact", orde
         raise ValueError(f"{fn}: k={k} exceeds the number of points N={N} ({ctx()})")
     if fps == "pointnet2" and D != 3:
         raise ValueError(f"{fn}: fps='pointnet2' needs 3-D points (B, N, 3) like pointnet2_ops ({ctx()})")
+    if exporting():  # the two size checks above, kept in the exported graph for every later N
+        least = max(n_centers, k)
+        points = require(points, torch.scalar_tensor(N, dtype=torch.int64) >= least,
+                         f"{fn}: n_centers={n_centers} and k={k} need at least {least} points per cloud (N >= {least})")
     return group_patches_impl(points, n_centers, k, return_index, fps, order)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 import warnings
 
 import torch
@@ -74,6 +75,7 @@ def translation_table() -> dict:
 
     import pcgeom.ops  # noqa: F401  (defines torch.ops.pcgeom.*)
     import pcgeom.grouping  # noqa: F401  (defines the pcgeom_grouping Python custom ops)
+    import pcgeom._export_guard  # noqa: F401  (defines torch.ops.pcgeom_export.require)
     from pcgeom.ops.registry import OPS, PYTHON_OP_ONNX
 
     tr = _translations()
@@ -89,6 +91,12 @@ def translation_table() -> dict:
     for qualname, where in PYTHON_OP_ONNX.items():  # and the Python custom ops' there too
         namespace, name = qualname.split("::")
         table[getattr(getattr(torch.ops, namespace), name).default] = load(where)
+    if "pcgeom.compat.pyg_lib" in sys.modules:  # PyG 2.8's torch.ops.pyg.*, where pcgeom's stand-in defined them
+        from pcgeom.compat.pyg_lib._ops import registered_ops
+
+        for name in registered_ops():
+            if name in tr.PYG_LIB_TRANSLATIONS:
+                table[getattr(torch.ops.pyg, name).default] = tr.PYG_LIB_TRANSLATIONS[name]
     for name, fn in tr.ATEN_TRANSLATIONS.items():
         packet, overload = name.split(".")
         table[getattr(getattr(torch.ops.aten, packet), overload)] = fn
@@ -159,15 +167,79 @@ _DATA_DEPENDENT = {
         "export the model for one cloud per call (batch=None, which exports with static edge counts), or "
         "search packed clouds with pcgeom.knn(y, x, k, query_offsets=..., points_offsets=...), which exports"
     ),
+    # The stand-ins' calls whose one-cloud form is still data-dependent (edge or sample counts read from
+    # tensor values, index values checked in Python).  Listed after count_clouds' entry on purpose: a
+    # batched call fails there first and gets that message.
+    ("compat/torch_cluster/radius.py", "radius_offsets"): (
+        "pcgeom.onnx: torch_cluster's radius / radius_graph (pcgeom's stand-in) "
+        "cannot be exported, for one cloud or several: the stand-in reads the cloud sizes and the edge count from "
+        "tensor values, a branch on data that torch.export cannot trace; search with "
+        "pcgeom.ball_query(y[None], x[None], r, max_num_neighbors, order='index') (a fixed-size result padded with "
+        "-1), or pcgeom.radius_graph(x, r) for one cloud, both of which export"
+    ),
+    ("compat/torch_cluster/fps.py", "fps_impl"): (
+        "pcgeom.onnx: torch_cluster's fps (pcgeom's stand-in) cannot be "
+        "exported, for one cloud or several: the number of samples, ceil(ratio * N) per cloud, is read from "
+        "tensor values, a branch on data that torch.export cannot trace; sample a fixed count with "
+        "pcgeom.farthest_point_sample(x[None], n_samples) (or offsets= for packed clouds), which exports"
+    ),
+    ("compat/torch_cluster/nearest.py", "nearest_offsets"): (
+        "pcgeom.onnx: torch_cluster's nearest (pcgeom's stand-in) cannot be "
+        "exported: it checks the clouds' sizes from tensor values, a branch on data that torch.export cannot "
+        "trace; use pcgeom.knn(x[None], y[None], 1).idx[0, :, 0] for one cloud (or query_offsets= / "
+        "points_offsets= for packed clouds), which exports"
+    ),
+    ("compat/torch_scatter/_plan.py", "plan_for"): (
+        "pcgeom.onnx: torch_scatter's scatter (pcgeom's stand-in, and scatter_softmax / scatter_logsumexp / "
+        "scatter_std built on it) cannot be exported: the stand-in reads the output size (index.max() + 1) and "
+        "checks the index range from tensor values, a branch on data that torch.export cannot trace; use torch's "
+        "own src.new_zeros(size).scatter_reduce(dim, index, src, reduce, include_self=False) or index_add with a "
+        "fixed size, which torch.onnx exports"
+    ),
 }
+
+
+# Upstream code (not pcgeom's) that fails the same way, keyed by its path's tail.
+_UPSTREAM_DATA_DEPENDENT = {
+    ("torch_geometric/index.py", "index2ptr"): (
+        "pcgeom.onnx: PyG 2.8's layers with a batch vector (DynamicEdgeConv, GravNetConv, XConv, knn_graph, "
+        "radius_graph, fps ...) cannot be exported: PyG's index2ptr turns the batch vector into CSR pointers for "
+        "torch.ops.pyg.* and reads the number of clouds from its values, a branch on data that torch.export cannot "
+        "trace; export the model for one cloud per call (batch=None; the pyg_lib stand-in's one-cloud knn exports "
+        "with static edge counts), or search packed clouds with pcgeom.knn(y, x, k, query_offsets=..., "
+        "points_offsets=...), which exports"
+    ),
+}
+
+
+def _name_checks(model) -> None:
+    """Names each run-time check's node after its message, which onnxruntime prints when the check fails.
+
+    torch.onnx names nodes after the traced call (``node_require``); the
+    message says what the input violated (``group_patches: n_centers=64
+    exceeds the number of points N``).
+    """
+    from pcgeom.onnx.translations import CHECK_KEY
+
+    seen = {}
+    for node in model.graph.all_nodes():
+        message = node.metadata_props.get(CHECK_KEY)
+        if message is None:
+            continue
+        n = seen[message] = seen.get(message, 0) + 1
+        node.name = f"pcgeom check failed: {message}" + (f" (check {n})" if n > 1 else "")
 
 
 def _known_trace_failure(exc: BaseException):
     tb = exc.__traceback__
     while tb is not None:
         code = tb.tb_frame.f_code
+        path = code.co_filename.replace("\\", "/")
         for (file, func), hint in _DATA_DEPENDENT.items():
-            if code.co_name == func and code.co_filename.replace("\\", "/").endswith("pcgeom/" + file):
+            if code.co_name == func and path.endswith("pcgeom/" + file):
+                return hint
+        for (file, func), hint in _UPSTREAM_DATA_DEPENDENT.items():
+            if code.co_name == func and path.endswith("/" + file):
                 return hint
         tb = tb.tb_next
     return None
@@ -285,12 +357,12 @@ def export(model, args, f=None, *, kwargs=None, dynamic_shapes=None, opset_versi
     if optimize not in (True, False, "torch"):
         raise ValueError(f'pcgeom.onnx.export: optimize must be True, False or "torch", got {optimize!r}')
     ours = optimize is True
-    # With our passes the file is written after them, so torch.onnx must not save it first.
+    # The file is written after our passes and after the checks are named, so torch.onnx must not save it first.
     save = {k: torch_onnx_kwargs.pop(k) for k in ("external_data", "export_params", "keep_initializers_as_inputs")
-            if k in torch_onnx_kwargs} if ours else {}
+            if k in torch_onnx_kwargs}
     try:
         program = torch.onnx.export(
-            model, args, None if ours else f, kwargs=kwargs, dynamo=True, custom_translation_table=table,
+            model, args, None, kwargs=kwargs, dynamo=True, custom_translation_table=table,
             dynamic_shapes=dynamic_shapes, opset_version=opset_version, optimize=optimize == "torch",
             **torch_onnx_kwargs,
         )
@@ -306,10 +378,11 @@ def export(model, args, f=None, *, kwargs=None, dynamic_shapes=None, opset_versi
         raise
     if ours:
         optimize_preserving(program.model)
-        if f is not None:
-            program.save(f, include_initializers=save.get("export_params", True),
-                         keep_initializers_as_inputs=save.get("keep_initializers_as_inputs", False),
-                         external_data=save.get("external_data", True))
+    _name_checks(program.model)
+    if f is not None:
+        program.save(f, include_initializers=save.get("export_params", True),
+                     keep_initializers_as_inputs=save.get("keep_initializers_as_inputs", False),
+                     external_data=save.get("external_data", True))
     if check_static and isinstance(model, torch.nn.Module):
         _static_axes_warning(program, args + tuple((kwargs or {}).values()))
     return program

@@ -115,8 +115,8 @@ def _sq_dist(q, p, d: int, acc):
     return out
 
 
-def _if_else(cond, then_fn, else_fn, what: str):
-    """An ONNX ``If`` whose branches are built on tapes by ``then_fn(tape)`` / ``else_fn(tape)`` (one int64 output each).
+def _if_else(cond, then_fn, else_fn, what: str, dtype=_INT64):
+    """An ONNX ``If`` whose branches are built on tapes by ``then_fn(tape)`` / ``else_fn(tape)`` (one output each, of ``dtype``).
 
     Like the FPS Loop, built directly in ONNX IR: the branches read outer values.
     """
@@ -125,13 +125,13 @@ def _if_else(cond, then_fn, else_fn, what: str):
     for side, fn in (("then", then_fn), ("else", else_fn)):
         t = ir.tape.Tape()
         out = fn(t)
-        out.dtype = _INT64
+        out.dtype = dtype
         _name_body(t, f"{pre}_{side}")
         branches.append(ir.Graph([], [out], nodes=t.nodes, name=f"{pre}_{side}", opset_imports={"": OPSET}))
     node = ir.Node("", "If", [cond], attributes=[ir.AttrGraph("then_branch", branches[0]),
                                                  ir.AttrGraph("else_branch", branches[1])], num_outputs=1)
     onnxscript.evaluator.default().nodes.append(node)
-    node.outputs[0].dtype = _INT64
+    node.outputs[0].dtype = dtype
     return node.outputs[0]
 
 
@@ -221,11 +221,29 @@ def ball_query_translation(query, points, radius: float, k: int, query_lengths, 
 
 
 def knn_gather_translation(x, idx):
-    """``pcgeom::knn_gather``: ``GatherND(batch_dims=1)``, zeros where ``idx == -1`` (a copy: exact)."""
-    safe = op.Max(idx, _const(0, np.int64))
-    out = op.GatherND(x, op.Unsqueeze(safe, [3]), batch_dims=1)  # (B, M, k, C)
+    """``pcgeom::knn_gather``: ``GatherND(batch_dims=1)``, zeros where ``idx == -1`` (a copy: exact).
+
+    With ``N = 0`` points every index is ``-1`` and there is no row to read
+    (``GatherND`` refuses index 0 of an empty axis): an ``If`` returns the
+    zeros instead; the usual case pays one comparison.
+    """
+    out_shape = op.Concat(op.Shape(idx), _dim(x, 2), axis=0)  # (B, M, k, C)
     zero = op.CastLike(_const(0.0, np.float32), x)
-    return op.Where(op.Unsqueeze(op.GreaterOrEqual(idx, _const(0, np.int64)), [3]), out, zero)
+
+    def gathered(t):
+        def c(value, dtype):
+            return t.op("Constant", [], attributes={"value": ir.tensor(np.asarray(value, dtype=dtype))})
+
+        safe = t.op("Max", [idx, c(0, np.int64)])
+        out = t.op("GatherND", [x, t.op("Unsqueeze", [safe, c([3], np.int64)])], attributes={"batch_dims": 1})
+        keep = t.op("Unsqueeze", [t.op("GreaterOrEqual", [idx, c(0, np.int64)]), c([3], np.int64)])
+        return t.op("Where", [keep, out, zero])
+
+    def zeros(t):
+        return t.op("Expand", [zero, out_shape])
+
+    has_points = op.Greater(op.Squeeze(_dim(x, 1), [0]), _const(0, np.int64))
+    return _if_else(has_points, gathered, zeros, "knn_gather", dtype=x.dtype)
 
 
 def farthest_point_sample_translation(points, n_samples: int, lengths, start_index):
@@ -291,8 +309,10 @@ def farthest_point_sample_translation(points, n_samples: int, lengths, start_ind
     onnxscript.evaluator.default().nodes.append(node)
     recs = node.outputs[2]  # (T, B)
     recs.dtype = _INT64
-    chosen = op.Transpose(recs, perm=[1, 0])  # (B, T)
     b1 = _dim(points, 0)
+    # A Loop that runs 0 times (N = 0) gives a scan output of unspecified rank (onnxruntime: (0,)): make it (T, B).
+    recs = op.Reshape(recs, op.Concat(op.Unsqueeze(trips, [0]), b1, axis=0), allowzero=1)
+    chosen = op.Transpose(recs, perm=[1, 0])  # (B, T)
     fill_shape = op.Concat(b1, op.Sub(_const([n_samples], np.int64), op.Min(_const([n_samples], np.int64), n1)), axis=0)
     out = op.Concat(chosen, op.ConstantOfShape(fill_shape, value=ir.tensor(np.array([-1], dtype=np.int64))), axis=1)
     ar_s = op.Unsqueeze(op.Range(zero, _const(n_samples, np.int64), _const(1, np.int64)), [0])  # (1, S)
@@ -445,6 +465,107 @@ def searchsorted_translation(sorted_sequence, self, *, out_int32: bool = False, 
     return op.Cast(count, to=ir.DataType.INT32) if out_int32 else count
 
 
+def pyg_knn_translation(x, y, ptr_x=None, ptr_y=None, k: int = 1, cosine: bool = False, num_workers: int = 1):
+    """``pyg::knn`` as pcgeom's pyg_lib stand-in serves it (PyG 2.8's ``DynamicEdgeConv``, ``knn_graph``, ...), one cloud.
+
+    For ``ptr_x = ptr_y = None`` (one cloud, what PyG passes for ``batch=None``)
+    the stand-in returns, for each row of ``y`` in order, its ``min(k, N)``
+    nearest rows of ``x`` (nearest first, ties to the lower index; no slot is
+    ever ``-1`` in one cloud: NaN points are ranked last, not dropped), as
+    ``edge_index (2, M * min(k, N))`` ``[y row, x row]`` -- the torch_cluster
+    stand-in's one-cloud search, with the same KNN translation (:func:`knn_translation`).
+    ``y`` is cast to ``x``'s dtype first, as the stand-in does.  Several clouds
+    (``ptr_x`` / ``ptr_y``) and ``cosine=True`` raise :class:`ExportError`.
+    """
+    if ptr_x is not None or ptr_y is not None:
+        raise ExportError(
+            "pcgeom.onnx: pyg_lib's knn (torch.ops.pyg.knn, pcgeom's stand-in; PyG 2.8's DynamicEdgeConv, knn_graph, "
+            "knn_interpolate ...) with ptr_x / ptr_y (a batch of clouds) cannot be exported: the edge count depends "
+            "on the clouds' sizes, read from tensor values; export the model for one cloud per call (batch=None), "
+            "or search packed clouds with pcgeom.knn(y, x, k, query_offsets=..., points_offsets=...), which exports"
+        )
+    if cosine:
+        raise ExportError(
+            "pcgeom.onnx: pyg_lib's knn (torch.ops.pyg.knn) with cosine=True cannot be exported exactly (the row "
+            "norms' summation order is not ONNX's); normalise the rows in the model and search with cosine=False"
+        )
+    fn = "pyg.knn"
+    d = _static_dim(fn, "x", x, 1, "(N, F)")
+    y = op.CastLike(y, x)
+    q, p = op.Unsqueeze(y, [0]), op.Unsqueeze(x, [0])
+    for v in (q, p):  # _search reads the coordinate count and dtype from its inputs
+        v.dtype = x.dtype
+        v.shape = ir.Shape([1, None, d])
+    m1, n1 = _dim(y, 0), _dim(x, 0)
+    _, idx = _search(fn, q, p, k, m1, n1)  # (1, M, k), -1 only in the slots >= N
+    kt = op.Min(_const([k], np.int64), n1)
+    idx = op.Slice(op.Squeeze(idx, [0]), _const([0], np.int64), kt, _const([1], np.int64))  # (M, min(k, N))
+    row = op.Expand(op.Unsqueeze(_arange(m1), [1]), op.Shape(idx))
+    flat = _const([1, -1], np.int64)
+    return op.Concat(op.Reshape(row, flat), op.Reshape(idx, flat), axis=0)
+
+
+def _pyg_refusal(name: str, why: str, instead: str):
+    raise ExportError(f"pcgeom.onnx: pyg_lib's {name} (torch.ops.pyg.{name}, pcgeom's stand-in) cannot be "
+                      f"exported: {why}; {instead}")
+
+
+def pyg_radius_translation(x, y, ptr_x=None, ptr_y=None, r: float = 1.0, max_num_neighbors: int = 32,
+                           num_workers: int = 1, ignore_same_index: bool = False):
+    """``pyg::radius`` is not exported: raises :class:`ExportError` (a data-dependent edge count)."""
+    _pyg_refusal("radius", "the number of edges (points within r, capped at max_num_neighbors) depends on the data",
+                 "search with pcgeom.ball_query(y[None], x[None], r, max_num_neighbors, order='index') (a fixed-size "
+                 "result padded with -1), which exports")
+
+
+def pyg_fps_translation(src, ptr, ratio: float = 0.5, random_start: bool = True):
+    """``pyg::fps`` is not exported: raises :class:`ExportError` (sample counts computed from ``ptr``'s values)."""
+    _pyg_refusal("fps", "the number of samples, ceil(ratio * N) per cloud, is computed from ptr's values",
+                 "sample a fixed count with pcgeom.farthest_point_sample(x[None], n_samples), which exports")
+
+
+def pyg_nearest_translation(x, y, ptr_x=None, ptr_y=None):
+    """``pyg::nearest`` is not exported: raises :class:`ExportError` (cloud sizes checked from ``ptr``'s values)."""
+    _pyg_refusal("nearest", "the stand-in checks the clouds' sizes from ptr's values",
+                 "use pcgeom.knn(x[None], y[None], 1).idx[0, :, 0] for one cloud, which exports")
+
+
+#: pyg-lib's operators as pcgeom's pyg_lib stand-in serves them -> translation (a one-cloud search, or a named
+#: refusal); :func:`pcgeom.onnx.translation_table` adds the ones this process got from the stand-in.
+PYG_LIB_TRANSLATIONS = {
+    "knn": pyg_knn_translation,
+    "radius": pyg_radius_translation,
+    "fps": pyg_fps_translation,
+    "nearest": pyg_nearest_translation,
+}
+
+
+#: ``metadata_props`` key of a run-time check's node; :func:`pcgeom.onnx.export` names the node after its value.
+CHECK_KEY = "pcgeom.check"
+
+
+def require_translation(x, ok, message: str):
+    """``pcgeom_export::require`` (a size or value check eager pcgeom makes): ``x`` if ``ok`` holds, else a run-time error.
+
+    Standard ONNX has no ``Assert``; a ``Reshape`` whose target shape every
+    runtime must validate plays its part: ``Reshape(x, Shape(x))`` (a no-op)
+    when no element of ``ok`` is False, ``Reshape(x, [-1, -1, ...])`` (invalid:
+    at most one ``-1``) otherwise.  ``x`` needs rank >= 2, which every checked
+    input has.  onnxruntime then fails with "Non-zero status code returned
+    while running Reshape node. Name:'<message>' ... At most one dimension can
+    be -1"; :func:`pcgeom.onnx.export` names the node (``metadata_props``
+    ``CHECK_KEY``).  An empty ``ok`` holds (no element is False).
+    """
+    bad_count = op.ReduceSum(op.Reshape(op.Cast(op.Not(ok), to=_INT64), _const([-1], np.int64)),
+                             _const([0], np.int64), keepdims=0)
+    holds = op.Equal(bad_count, _const(0, np.int64))
+    shape = op.Shape(x)
+    invalid = op.Expand(_const([-1], np.int64), op.Shape(shape))
+    out = op.Reshape(x, op.Where(holds, shape, invalid))
+    out.producer().metadata_props[CHECK_KEY] = message
+    return out
+
+
 #: aten ops that pcgeom's Python code calls and torchlib does not translate.
 ATEN_TRANSLATIONS = {
     "searchsorted.Tensor": searchsorted_translation,
@@ -464,4 +585,5 @@ TRANSLATIONS = {
 PYTHON_OP_TRANSLATIONS = {
     "pcgeom_grouping::pointnet2_fps": pointnet2_fps_translation,
     "pcgeom_grouping::pointgpt_order": pointgpt_order_translation,
+    "pcgeom_export::require": require_translation,
 }

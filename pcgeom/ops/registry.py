@@ -103,6 +103,8 @@ OPS: tuple[OpEntry, ...] = (
 PYTHON_OP_ONNX: dict[str, str] = {
     "pcgeom_grouping::pointnet2_fps": f"{_ONNX}:pointnet2_fps_translation",
     "pcgeom_grouping::pointgpt_order": f"{_ONNX}:pointgpt_order_translation",
+    # pcgeom._export_guard: a check eager pcgeom makes in Python, kept in the exported graph (a run-time error).
+    "pcgeom_export::require": f"{_ONNX}:require_translation",
 }
 
 BY_NAME: dict[str, OpEntry] = {e.name: e for e in OPS}

@@ -1,6 +1,6 @@
 """Exports unchanged upstream models through pcgeom's shims to ONNX and runs them in onnxruntime.
 
-    python drive_onnx.py point_mae|pointnet2_cls|pyg_dgcnn [out.onnx]
+    python drive_onnx.py point_mae|pointnet2_cls|pyg_dgcnn|pyg28_dgcnn [out.onnx]
 
 Called by tests/test_onnx_upstream.py in a fresh interpreter whose working
 directory is the vendored repository's root (as drive.py).  The upstream files
@@ -157,22 +157,29 @@ def pointnet2_cls(path=None, shapes=((3, 1024), (1, 1500), (2, 600))):
             f"{worst:.2g} on {list(shapes)}")
 
 
-def pyg_dgcnn(path=None, sizes=(1024, 700, 20, 12)):
+def pyg_dgcnn(path=None, sizes=(1024, 700, 20, 12), pyg28=False):
     """PyG's DGCNN example (``DynamicEdgeConv`` over torch_cluster's knn) for one cloud per call.
 
     PyG's model reads ``data.pos`` / ``data.batch``; one cloud is a ``Data``
     without ``batch``, as PyG builds it, which the stand-in's knn serves with
     static edge counts.  A ``batch`` vector (several clouds per call) is refused
-    at export time by name.
+    at export time by name.  ``pyg28``: PyG 2.8.1's same model, whose
+    ``DynamicEdgeConv`` calls ``torch.ops.pyg.knn`` (the pyg_lib stand-in) instead.
     """
     # tests/upstream/torch_cluster (torch_cluster's own tests, a package of that name) must not shadow the
     # shim: this folder is on sys.path twice (the script's own folder, and inserted above)
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
     from dgcnn_classification import Net
+    import torch_geometric
     from torch_geometric.data import Data
 
-    import torch_cluster
-    assert torch_cluster.__pcgeom_shim__
+    if pyg28:
+        import pyg_lib
+        assert torch_geometric.__version__ == "2.8.1", torch_geometric.__version__
+        assert pyg_lib.__pcgeom_shim__ == "pcgeom.compat.pyg_lib", pyg_lib
+    else:
+        import torch_cluster
+        assert torch_cluster.__pcgeom_shim__
 
     class OneCloud(torch.nn.Module):
         def __init__(self, net):
@@ -213,11 +220,16 @@ def pyg_dgcnn(path=None, sizes=(1024, 700, 20, 12)):
         assert "DynamicEdgeConv" in str(exc) and "batch=None" in str(exc), str(exc)
     else:
         raise AssertionError("a DGCNN with a batch vector exported; it must be refused by name")
-    return (f"pyg_dgcnn: PyG's DGCNN exported in {seconds:.1f} s ({size / 1e6:.1f} MB); log-probabilities within "
-            f"{worst:.2g} on N={list(sizes)}; a batch vector is refused by name")
+    return (f"pyg_dgcnn: PyG {torch_geometric.__version__}'s DGCNN exported in {seconds:.1f} s ({size / 1e6:.1f} MB); "
+            f"log-probabilities within {worst:.2g} on N={list(sizes)}; a batch vector is refused by name")
 
 
-CASES = {"point_mae": point_mae, "pointnet2_cls": pointnet2_cls, "pyg_dgcnn": pyg_dgcnn}
+def pyg28_dgcnn(path=None):
+    """:func:`pyg_dgcnn` on PyG 2.8.1 (``torch.ops.pyg.knn`` through the pyg_lib stand-in)."""
+    return pyg_dgcnn(path, pyg28=True).replace("pyg_dgcnn:", "pyg28_dgcnn:", 1)
+
+
+CASES = {"point_mae": point_mae, "pointnet2_cls": pointnet2_cls, "pyg_dgcnn": pyg_dgcnn, "pyg28_dgcnn": pyg28_dgcnn}
 
 if __name__ == "__main__":
     out = sys.argv[2] if len(sys.argv) > 2 else None

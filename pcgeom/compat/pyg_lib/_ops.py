@@ -299,6 +299,16 @@ def _fake_edges(x: Tensor, *args) -> Tensor:
     return x.new_empty((2, n), dtype=torch.int64)
 
 
+def _fake_knn(x: Tensor, y: Tensor, ptr_x: Optional[Tensor] = None, ptr_y: Optional[Tensor] = None, k: int = 1,
+              cosine: bool = False, num_workers: int = 1) -> Tensor:
+    """One cloud (no ``ptr``): exactly ``M * min(k, N)`` edges (never a ``-1`` slot in one cloud), a size known
+    from the shapes, so a traced or exported model (PyG 2.8's ``DynamicEdgeConv`` with ``batch=None``) keeps
+    it symbolic instead of data-dependent -- as the torch_cluster stand-in's one-cloud knn does for PyG 2.5-2.7."""
+    if ptr_x is None and ptr_y is None:
+        return x.new_empty((2, y.shape[0] * torch.sym_min(k, x.shape[0])), dtype=torch.int64)
+    return _fake_edges(x)
+
+
 def _fake_fps(src: Tensor, ptr: Tensor, ratio: float = 0.5, random_start: bool = True) -> Tensor:
     n = torch.library.get_ctx().new_dynamic_size()
     return src.new_empty((n,), dtype=torch.int64)
@@ -324,7 +334,7 @@ def _fake_walk(rowptr: Tensor, col: Tensor, seed: Tensor, walk_length: int, p: f
 SCHEMAS = {
     "fps": ("fps(Tensor src, Tensor ptr, float ratio=0.5, bool random_start=True) -> Tensor", op_fps, _fake_fps),
     "knn": ("knn(Tensor x, Tensor y, Tensor? ptr_x=None, Tensor? ptr_y=None, int k=1, bool cosine=False, "
-            "int num_workers=1) -> Tensor", op_knn, _fake_edges),
+            "int num_workers=1) -> Tensor", op_knn, _fake_knn),
     "radius": ("radius(Tensor x, Tensor y, Tensor? ptr_x=None, Tensor? ptr_y=None, float r=1.0, "
                "int max_num_neighbors=32, int num_workers=1, bool ignore_same_index=False) -> Tensor",
                op_radius, _fake_edges),
