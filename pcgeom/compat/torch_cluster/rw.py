@@ -166,6 +166,12 @@ def random_walk(row: Tensor, col: Tensor, start: Tensor, walk_length: int, p: fl
         positions in the edge list as sorted by ``coalesced`` (-1 for a step
         that stood still), as torch_cluster returns them.
 
+    Raises:
+        RuntimeError: walks that cannot fit in the device's memory (16 bytes
+            a step: the int64 nodes and edge ids), before anything is
+            allocated, naming ``walk_length``, the largest that fits and the
+            value given.
+
     Example:
         >>> import torch
         >>> from pcgeom.compat.torch_cluster import random_walk
