@@ -35,6 +35,26 @@ def safe_sqrt(x: torch.Tensor) -> torch.Tensor:
     return torch.where(pos, torch.where(pos, x, torch.ones_like(x)).sqrt(), torch.where(x == 0, torch.zeros_like(x), x))
 
 
+def non_finite_points(fn: str, name: str, points: torch.Tensor, why: str):
+    """A ValueError naming the points of ``points`` with NaN or inf coordinates, or None if all are finite.
+
+    ``points`` is ``(N, D)`` or ``(N,)`` (one coordinate per point); the
+    message says how many points, the first one's index and coordinates, and
+    ``why`` they cannot be used, e.g. ``grid_cluster: pos must be finite, got
+    1 of 10 points with NaN or inf coordinates (the first: pos[4] = [0.2, nan,
+    0.7]); a voxel cannot hold them: drop them first``.  Reads the data
+    (host sync); callers check in eager mode only.
+    """
+    rows = points.detach().reshape(points.shape[0], -1) if points.dim() else points.detach().reshape(1, 1)
+    bad = ~torch.isfinite(rows).all(1)
+    n_bad = int(bad.sum())
+    if n_bad == 0:
+        return None
+    first = int(bad.nonzero()[0, 0])
+    return ValueError(f"{fn}: {name} must be finite, got {n_bad} of {rows.shape[0]} points with NaN or inf "
+                      f"coordinates (the first: {name}[{first}] = {rows[first].tolist()}); {why}")
+
+
 def compiling() -> bool:
     return torch.compiler.is_compiling()
 

@@ -96,11 +96,15 @@ def voxel_coords(fn, points, voxel_size, offsets, start):
     return bid, t.div_(size).floor_(), st, size
 
 
+_NO_VOXEL = "no voxel holds them: drop them first, e.g. points[torch.isfinite(points).all(1)]"
+
+
 def _non_finite_voxels(fn, points, bid, t, st, size):
     """The error for non-finite voxel coordinates: non-finite points, or finite
     points whose ``(p - start) / voxel_size`` is past float64's range."""
-    if not bool(torch.isfinite(points.detach()).all()):
-        return ValueError(f"{fn}: points must be finite (NaN or inf coordinates cannot be put in a voxel)")
+    err = V.non_finite_points(fn, "points", points, _NO_VOXEL)
+    if err is not None:
+        return err
     row, axis = (int(i) for i in (~torch.isfinite(t)).nonzero()[0])
     cloud = 0 if bid is None else int(bid[row])
     p = float(points[row, axis])
@@ -129,7 +133,7 @@ def _linear_key(fn, bid, t, B, explain=None):
     if not all(math.isfinite(b) for b in bounds):
         if explain is not None:
             raise explain()
-        raise ValueError(f"{fn}: points must be finite (NaN or inf coordinates cannot be put in a voxel)")
+        raise ValueError(f"{fn}: points must be finite (NaN or inf coordinates: {_NO_VOXEL})")
     lo_l, hi_l = bounds[:D], bounds[D:]
     # Python ints: h - l in float64 could round or overflow past 2**53.
     ext = [int(h) - int(l) + 1 for l, h in zip(lo_l, hi_l)]
@@ -155,7 +159,9 @@ def grid_subsample(points, voxel_size, *, offsets=None, reduce="first", start=No
     (per coordinate, computed in float64; any finite value is a voxel, also
     past 2**63).  Clouds never share a voxel.  Finite points whose voxel
     coordinate overflows float64 (``voxel_size`` tiny next to the cloud) are
-    a ``ValueError`` naming the cloud, axis, point, start and voxel size.
+    a ``ValueError`` naming the cloud, axis, point, start and voxel size;
+    points with NaN or inf coordinates are a ``ValueError`` saying how many
+    there are and the first one's index.
 
     Args:
         points: ``(N_total, D)`` float16/bfloat16/float32/float64 packed points,

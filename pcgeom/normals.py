@@ -52,6 +52,17 @@ def estimate_normals(points, k=30, *, lengths=None, offsets=None, viewpoint=None
     eigenvalue (a 3x3 Jacobi solver in the native kernels, see
     :func:`pcgeom.ops.pca_normals`).  float16/bfloat16 accumulate in float32.
 
+    **Scale.**  Every scale the dtype holds gives the answer it gives at scale
+    1: the search runs on each cloud multiplied by a power of two that brings
+    its largest coordinate to ``[0.5, 1)`` (exact, so at ordinary scales the
+    neighbours are bit for bit the same), and the covariance is scaled per
+    neighbourhood the same way.  A float32 cloud at 1e30, near 3e38, at
+    1e-25 or in the subnormal range gets the neighbours and normals of a
+    float64 brute force on the same coordinates (where squared distances
+    would overflow to inf or underflow to 0 and tie, picking neighbours by
+    index); float16/bfloat16 are searched in float32, float64 in float64.
+    Orientation dot products are taken in float64.
+
     **Sign.**  Without ``viewpoint``/``direction`` the sign is deterministic:
     each normal's component of largest magnitude is positive (the lowest axis
     wins on equal magnitudes, judged on the returned float16/bfloat16/...
@@ -102,7 +113,10 @@ def estimate_normals(points, k=30, *, lengths=None, offsets=None, viewpoint=None
     k = V.check_int(fn, "k", k, minimum=1)
     if viewpoint is not None and direction is not None:
         raise ValueError(f"{fn}: give viewpoint= or direction=, not both")
-    rows = self_knn(fn, points.detach(), k, lengths, offsets)
+    # The search runs on each cloud rescaled by a power of two (exact): float32
+    # squared distances of coordinates near 1e+-20 and beyond would overflow to
+    # inf or underflow to 0 and tie, picking neighbours by index instead.
+    rows = self_knn(fn, points.detach(), k, lengths, offsets, rescaled=True)
     k = rows.idx.shape[1]  # capped at the cloud's slots (beyond them every neighbour is padding)
     if points.dim() == 3:
         B, N, _ = points.shape
@@ -112,7 +126,9 @@ def estimate_normals(points, k=30, *, lengths=None, offsets=None, viewpoint=None
         normals, curvature = normals[0], curvature[0]
     normals = normals.reshape(-1, 3)
     curvature = curvature.reshape(-1)
-    acc = torch.float64 if points.dtype == torch.float64 else torch.float32
+    # Orientation in float64 for every dtype: viewpoint - p and the dot product
+    # overflow float32 for coordinates near its largest values.
+    acc = torch.float64
     ref = None
     if viewpoint is not None:
         vp = _reference_points(fn, "viewpoint", viewpoint, rows.n_clouds, acc, points.device)

@@ -22,6 +22,7 @@ import torch
 
 from pcgeom import _validation as V
 from pcgeom._rounding import exact_sqrt
+from pcgeom._scaling import rescale_clouds
 from pcgeom.ops import knn
 from pcgeom.ops.packed import offsets_arg
 
@@ -58,7 +59,7 @@ def check_cloud(fn: str, points, lengths, offsets, dims: int | None = None) -> N
 
 
 def self_knn(fn: str, points, k: int, lengths, offsets, *, arg: str = "k", value=None,
-             exact_dist2: bool = False) -> _Rows:
+             exact_dist2: bool = False, rescaled: bool = False) -> _Rows:
     """Every point's k nearest points of its own cloud (itself included), as rows.
 
     ``k`` is capped at the number of point slots (at least 2, so a caller that
@@ -67,14 +68,21 @@ def self_knn(fn: str, points, k: int, lengths, offsets, *, arg: str = "k", value
     that still does not fit is an error naming ``fn``, its argument ``arg``
     and ``value`` (the caller's number, default ``k``), not knn's own ``k``.
 
-    ``exact_dist2``: ``dist2`` comes back as float64 holding the exact
-    squared distances of float32 arithmetic on the cloud rescaled by a power
-    of two (one per cloud: its largest finite coordinate magnitude to
-    ``[0.5, 1)``), so that coordinates near 1e+-20 and beyond, finite in
-    float32, do not overflow or underflow float32 squares.  A power-of-two
-    scale is exact and commutes with float32 rounding, so at ordinary scales
-    the distances are bit for bit the unscaled float32 ones.  float16/bfloat16
-    are widened to float32 for the search (exact).  float64 is searched as is.
+    ``rescaled``: the search runs on the cloud rescaled by a power of two
+    (one per cloud: its largest finite coordinate magnitude to ``[0.5, 1)``,
+    see :func:`pcgeom._scaling.rescale_clouds`), so that coordinates near
+    1e+-20 and beyond in float32 (1e+-160 in float64) do not overflow or
+    underflow their squares.  A power-of-two scale is exact and commutes with
+    rounding, so at ordinary scales the neighbours and distances are bit for
+    bit the unscaled ones.  float16/bfloat16 are widened to float32 for the
+    search (exact; their distances are then not rounded to the half type, so
+    fewer ties).  ``dist2`` stays in the rescaled units (for callers that
+    want ``idx``).
+
+    ``exact_dist2``: ``dist2`` comes back as float64 holding the float32
+    squared distances of the rescaled search (float16/bfloat16/float32
+    points) in the caller's units; float64 points are searched as they are,
+    as Open3D searches them.
     """
     dev = points.device
     value = k if value is None else value
@@ -95,11 +103,11 @@ def self_knn(fn: str, points, k: int, lengths, offsets, *, arg: str = "k", value
         real = torch.ones(n, dtype=torch.bool, device=dev)
         knn_args = dict(query_offsets=off, points_offsets=off)
     k = min(k, max(slots, 2))
-    rescale = exact_dist2 and points.dtype != torch.float64
-    item = 4 if rescale else points.dtype.itemsize
+    rescale = rescaled or (exact_dist2 and points.dtype != torch.float64)
+    item = max(4, points.dtype.itemsize) if rescale else points.dtype.itemsize
     V.check_fits(fn, arg, value, "the neighbour table", (self_index.shape[0], k), item + 8, dev)
     if rescale:
-        points, expo = _power_of_two_rescale(points, real, cloud, n_clouds)
+        points, expo = rescale_clouds(points, real, cloud, n_clouds)
     dist2, idx = knn(points, points, k, **knn_args)
     dist2, idx = dist2.reshape(-1, k), idx.reshape(-1, k)
     if exact_dist2:
@@ -109,31 +117,6 @@ def self_knn(fn: str, points, k: int, lengths, offsets, *, arg: str = "k", value
             # every float32 distance (|2e| <= 300 binades).
             dist2 = dist2 * torch.pow(2.0, 2.0 * expo.to(torch.float64))[cloud][:, None]
     return _Rows(dist2, idx, self_index, cloud, real, n_clouds, shape)
-
-
-def _power_of_two_rescale(points, real, cloud, n_clouds):
-    """float32 copy of ``points`` with each cloud times ``2**-e``, and the ``e`` per cloud (int64).
-
-    ``e`` is the binary exponent of the cloud's largest finite coordinate
-    magnitude (``frexp``; 0 for an empty or all-zero cloud), so the scaled
-    cloud lies within ``[-1, 1]`` and its squared distances are at most
-    ``4 * D``.  The factor is applied as two float32 powers of two (``2**148``
-    is not a float32); each product is exact.
-    """
-    p = points.detach().to(torch.float32)
-    D = p.shape[-1]
-    flat = p.reshape(-1, D)
-    if flat.shape[0] == 0:
-        return p, torch.zeros(n_clouds, dtype=torch.int64, device=p.device)
-    ok = torch.isfinite(flat).all(1) & real
-    row_max = torch.where(ok, flat.abs().amax(1), 0)
-    mag = torch.zeros(n_clouds, dtype=torch.float32, device=p.device).scatter_reduce(0, cloud, row_max, "amax")
-    _, expo = torch.frexp(mag)
-    expo = expo.to(torch.int64)
-    half = torch.div(-expo, 2, rounding_mode="floor")
-    f1 = torch.pow(2.0, half.to(torch.float32))[cloud][:, None]
-    f2 = torch.pow(2.0, (-expo - half).to(torch.float32))[cloud][:, None]
-    return (flat * f1 * f2).reshape(p.shape), expo
 
 
 def _positive_float(fn: str, name: str, v) -> float:

@@ -81,3 +81,32 @@ def test_preprocess_reports_bad_files_and_arguments(tmp_path, capsys):
                      ["--normals", "0"], ["--viewpoint", "1,2"]):
         with pytest.raises(SystemExit):
             cli.main(["preprocess", str(src), "--out", str(out), *bad_args])
+
+
+@pytest.mark.parametrize("scale", [1e38, 3e38, 1e-38])
+def test_preprocess_normals_at_float32_extremes(tmp_path, capsys, scale):
+    # Coordinates near float32's largest (and smallest normal) values used to get (0, 0, 1) everywhere:
+    # overflowing squared distances picked the neighbours by index, and the PCA's sums overflowed.
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(600, 3, generator=g, dtype=torch.float64)
+    x = x / x.norm(dim=1, keepdim=True)
+    pts = (x * scale).float()
+    src = tmp_path / "far.ply"
+    write_ply(src, pts)
+    out = tmp_path / "out"
+    assert cli.main(["preprocess", str(src), "--out", str(out), "--normals", "16"]) == 0, capsys.readouterr().err
+    got = read_ply(out / "far.ply")
+    assert torch.equal(got.points, pts)
+    # float64 brute force on the stored coordinates (scaled by a power of two so float64 squares stay small):
+    # the unit vector of the smallest eigenvalue of each 16-neighbourhood's biased covariance.
+    p = np.ldexp(pts.double().numpy(), -int(np.frexp(float(pts.abs().max()))[1]))
+    d = ((p[:, None, :] - p[None, :, :]) ** 2).sum(-1)
+    idx = np.argsort(d, axis=1, kind="stable")[:, :16]
+    off = []
+    for i, nb in enumerate(idx):
+        q = p[nb] - p[nb].mean(0)
+        want = np.linalg.eigh(q.T @ q / len(nb))[1][:, 0]
+        cos = abs(float(np.dot(got.normals[i].double().numpy(), want)))
+        off.append(np.degrees(np.arccos(min(cos, 1.0))))
+    off = np.array(off)
+    assert int((off > 1.0).sum()) <= 3 and off.max() < 10.0, (int((off > 1.0).sum()), off.max())

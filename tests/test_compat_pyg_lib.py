@@ -265,6 +265,27 @@ def test_cuda_random_walk_is_pyg_lib_cuda_walk():
     assert got.tolist() == want
 
 
+@pytest.mark.parametrize("p", [1.0, 0.5])  # pyg-lib's CPU walk, and node2vec's
+@pytest.mark.parametrize("walk_length", [2**40, 2**62])
+def test_random_walk_too_long_is_named_before_allocating(p, walk_length):
+    rowptr, col, seed = torch.tensor([0, 1, 2]), torch.tensor([1, 0]), torch.tensor([0, 1, 1])
+    want = rf"random_walk: walk_length must be at most \d+ for 3 start node\(s\) .* got {walk_length}$"
+    with pytest.raises(RuntimeError, match=want):
+        torch.ops.pyg.random_walk(rowptr, col, seed, walk_length, p, 1.0)
+    with pytest.raises(RuntimeError, match=want):
+        pl.sampler.random_walk(rowptr, col, seed, walk_length, p, 1.0)
+
+
+def test_grid_cluster_names_non_finite_points():
+    pos = torch.rand(5, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    pos[2, 0] = float("nan")
+    want = r"grid_cluster: pos must be finite, got 1 of 5 points with NaN or inf coordinates \(the first: pos\[2\]"
+    with pytest.raises(ValueError, match=want):
+        torch.ops.pyg.grid_cluster(pos, torch.full((2,), 0.1, dtype=torch.float64), None, None)
+    with pytest.raises(ValueError, match=want):
+        pl.ops.grid_cluster(pos, torch.full((2,), 0.1, dtype=torch.float64))
+
+
 def test_random_walk_node2vec_steps_along_edges():
     rowptr = torch.tensor([0, 2, 4, 6])
     col = torch.tensor([1, 2, 0, 2, 0, 1])

@@ -394,3 +394,68 @@ def test_fps_ratio_nan_and_grid_cluster_bad_sizes_are_named_errors():
         grid_cluster(torch.rand(10, 3) * 1e10, torch.full((3,), 1e-9))
     ok = grid_cluster(torch.tensor([[0.0, 0.0], [11, 9], [2, 8]]), torch.tensor([5.0, 5.0]))
     assert ok.tolist() == [0, 5, 3]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_grid_cluster_names_non_finite_points(tc, bad):
+    # One NaN/inf point used to read "a grid ... has nan cells ... use a larger size".
+    pos = torch.rand(10, 3, generator=torch.Generator().manual_seed(0))
+    pos[4, 1] = bad
+    want = r"grid_cluster: pos must be finite, got 1 of 10 points with NaN or inf coordinates \(the first: pos\[4\]"
+    for start, end in ((None, None), (torch.zeros(3), None), (torch.zeros(3), torch.ones(3))):
+        with pytest.raises(ValueError, match=want):
+            tc.grid_cluster(pos, torch.full((3,), 0.1), start, end)
+    with pytest.raises(ValueError, match=want):
+        torch.ops.torch_cluster.grid(pos, torch.full((3,), 0.1), None, None)
+    with pytest.raises(ValueError, match=r"grid_cluster: start must be finite on every axis, got \[0.0, nan\]"):
+        tc.grid_cluster(torch.rand(4, 2), torch.ones(2), torch.tensor([0.0, float("nan")]))
+    with pytest.raises(ValueError, match=r"grid_cluster: end must be finite on every axis"):
+        tc.grid_cluster(torch.rand(4, 2), torch.ones(2), None, torch.tensor([float("inf"), 1.0]))
+
+
+@pytest.mark.parametrize("walk_length", [2**40, 2**62, 2**70])
+def test_random_walk_too_long_is_named_before_allocating(tc, walk_length):
+    # The (S, walk_length + 1) output is sized up front: the error names walk_length, the bound and the value
+    # (it used to be the allocator's "DefaultCPUAllocator: can't allocate memory ..." or a 2**63 overflow).
+    want = rf"random_walk: walk_length must be at most \d+ for 2 start node\(s\) .* got {walk_length}$"
+    with pytest.raises(RuntimeError, match=want):
+        tc.random_walk(torch.tensor([0, 1]), torch.tensor([1, 0]), torch.tensor([0, 1]), walk_length)
+    if walk_length < 2**63:  # the op's schema takes an int64
+        with pytest.raises(RuntimeError, match=want):
+            torch.ops.torch_cluster.random_walk(torch.tensor([0, 1, 2]), torch.tensor([1, 0]), torch.tensor([0, 1]),
+                                                walk_length, 1.0, 1.0)
+
+
+@pytest.mark.slow  # a fresh interpreter: PyG binds torch_cluster when it is first imported
+def test_pyg_voxel_grid_and_grid_sampling_name_non_finite_points():
+    import os
+    import pathlib
+    import subprocess
+    import textwrap
+
+    pytest.importorskip("torch_geometric")
+    code = textwrap.dedent("""
+        import torch, pcgeom.compat
+        pcgeom.compat.enable_shims()
+        from torch_geometric.data import Data
+        from torch_geometric.nn import voxel_grid
+        from torch_geometric.transforms import GridSampling
+        pos = torch.rand(8, 3)
+        pos[6, 2] = float('inf')
+        for call in (lambda: voxel_grid(pos, 0.2), lambda: voxel_grid(pos, 0.2, torch.zeros(8, dtype=torch.long)),
+                     lambda: GridSampling(0.2)(Data(pos=pos))):
+            try:
+                call()
+            except ValueError as exc:
+                print(exc)
+    """)
+    root = str(pathlib.Path(__file__).resolve().parents[1])  # this checkout's pcgeom, not an installed one
+    env = dict(os.environ, PYTHONPATH=root)
+    env.pop("PCGEOM_DISABLE_SHIMS", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 3, out.stdout + out.stderr
+    for line in lines:
+        assert line.startswith("grid_cluster: pos must be finite, got 1 of 8 points with NaN or inf coordinates "
+                               "(the first: pos[6] = ["), line

@@ -138,12 +138,17 @@ def test_nearest_to_center_ties_go_to_the_lower_index():
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 def test_non_finite_points_are_refused(bad):
+    # The message names the points (how many, the first index), not a voxel or cell count.
     x = torch.rand(6, 3)
     x[3, 1] = bad
-    with pytest.raises(ValueError, match="points must be finite"):
+    x[5, 0] = bad
+    want = r"grid_subsample: points must be finite, got 2 of 6 points with NaN or inf coordinates \(the first: points\[3\]"
+    with pytest.raises(ValueError, match=want):
         pcgeom.grid_subsample(x, 0.1)
-    with pytest.raises(ValueError, match="points must be finite"):
+    with pytest.raises(ValueError, match=want):
         pcgeom.grid_subsample(x, 0.1, offsets=torch.tensor([2, 6]))
+    with pytest.raises(ValueError, match=want):
+        pcgeom.grid_subsample(x, 0.1, start=0.0)
 
 
 def _voxel_oracle(points, size, start):

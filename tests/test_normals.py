@@ -312,3 +312,97 @@ def test_half_precision_normals_follow_the_sign_rule_after_rounding(dtype, path)
         same = (n == n32.to(dtype)).all(-1) | (n == -n32.to(dtype)).all(-1)
         assert same.all()
     assert ties > 0  # the data does reach the rounded tie
+
+
+# -- Extreme scales (float32 coordinates near 1e+-38, subnormal ones; half precision at its own extremes).
+# The truth is the float64 brute force on the very coordinates the low-precision cloud holds.
+
+_SCALES = {  # dtype: scales whose clouds are representable (not inf, not collapsed to 0) in that dtype
+    torch.float32: [1e30, 1e-25, 1e38, 3e38, 1e-38, 1e-40, 2.0**-140],
+    torch.bfloat16: [1e30, 1e-25, 1e38, 1e-38, 2.0**-128],
+    torch.float16: [3e4, 60000.0, 1e-4, 2.0**-17],
+    torch.float64: [1e200, 1e307, 1e-200, 1e-310],  # float64's own squares overflow / underflow too
+}
+
+
+def _shape(kind, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    if kind == "sphere":
+        x = torch.randn(n, 3, generator=g, dtype=torch.float64)
+        return x / x.norm(dim=1, keepdim=True)
+    xy = torch.rand(n, 2, generator=g, dtype=torch.float64) * 2 - 1
+    return torch.cat([xy, 0.5 * xy[:, :1] - 0.25 * xy[:, 1:]], 1)  # the plane z = x/2 - y/4
+
+
+def _angle_off(n, ref):
+    """Per row, the angle in degrees between two unoriented normals (NaN rows count as 180).
+
+    Directions only: a float16/bfloat16 normal rounded per component is up to ~0.4% off unit length,
+    which read as a cosine would be ~5 degrees."""
+    n, ref = torch.as_tensor(n).double(), torch.as_tensor(ref).double()
+    cos = ((n / n.norm(dim=-1, keepdim=True)) * (ref / ref.norm(dim=-1, keepdim=True))).sum(-1).abs().clamp(max=1)
+    return torch.nan_to_num(torch.rad2deg(torch.arccos(cos)), nan=180.0)
+
+
+@pytest.mark.parametrize("kind", ["sphere", "plane"])
+@pytest.mark.parametrize("dtype,scale", [(d, s) for d, ss in _SCALES.items() for s in ss])
+def test_extreme_scales_answer_as_float64_does(kind, dtype, scale):
+    # A float32 sphere * 1e30 had 1,490 of 1,500 normals more than 10 degrees off (overflowing squared
+    # distances tie at inf, so the neighbours were chosen by index), 1,480 at * 1e-25 (underflow to 0),
+    # and near 1e38 / at subnormal scales the PCA itself overflowed (the mean's sum) or underflowed.
+    x = _shape(kind, 400, 1)
+    p = (x * scale).to(dtype)
+    p64 = p.double()
+    assert torch.isfinite(p).all() and len(torch.unique(p64, dim=0)) > 300  # the test's premise
+    n, c = pcgeom.estimate_normals(p, k=12)
+    assert n.dtype == dtype and torch.isfinite(n).all() and torch.isfinite(c).all()
+    # The float64 brute force of the same stored coordinates, rescaled by a power of two (exact) so that its
+    # own float64 squares stay in range; normals and curvature do not depend on the scale.
+    e = int(np.frexp(float(p64.abs().max()))[1])
+    rn, rc = _np_normals(np.ldexp(p64.numpy(), -e), 12)
+    off = _angle_off(n, rn)
+    # Same neighbours as the float64 brute force; the rest is rounding (measured: at most 0.02 degrees in
+    # float32, 0.15 in bfloat16, whose stored normal holds 8 bits per component).
+    small = {torch.float32: 0.5, torch.float64: 1e-4}.get(dtype, 1.0)
+    assert int((off > small).sum()) == 0, (int((off > small).sum()), float(off.max()))
+    # And the answer is the one the same cloud gets at scale 1 (the power of two nearest the scale; exact).
+    p1 = torch.from_numpy(np.ldexp(p64.numpy(), -e)).to(dtype)
+    n1, c1 = pcgeom.estimate_normals(p1, k=12)
+    assert torch.equal(n, n1) and torch.equal(c, c1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("scale_exp", [-110, -60, 0, 60, 126])
+@pytest.mark.parametrize("path", ["op", "reference"])
+def test_pca_normals_is_scale_free_for_powers_of_two(dtype, scale_exp, path):
+    # The covariance step on its own, on the float64 brute force's neighbour sets: the mean's sum of k
+    # coordinates near 1e38 overflowed float32, and 1 / the spread of subnormal ones did.  A power-of-two
+    # scale must give the same bits as scale 1, and the gradient must scale by its inverse.
+    f = pca_normals if path == "op" else pca_normals_reference
+    if dtype == torch.float64:
+        scale_exp *= 7  # float64's extremes: 2**-770 .. 2**882
+    x = _noisy_surface(60, 21)
+    idx = torch.from_numpy(_np_knn(x.numpy(), 9))[None]
+    base = x.to(dtype)[None]
+    scaled = base * 2.0 ** (scale_exp // 2) * 2.0 ** (scale_exp - scale_exp // 2)
+    assert torch.equal(scaled.double() * 2.0 ** -(scale_exp // 2) * 2.0 ** -(scale_exp - scale_exp // 2),
+                       base.double())  # exact (no subnormal): the premise
+    n1, c1 = f(base, idx)
+    n, c = f(scaled, idx)
+    torch.testing.assert_close(n, n1, rtol=0, atol=0)
+    torch.testing.assert_close(c, c1, rtol=0, atol=0)
+    rn, rc = _np_normals(x.to(dtype).double().numpy(), 9)
+    # (arccos near 1 resolves no better than ~1e-6 degrees in float64)
+    assert float(_angle_off(n[0], rn).max()) < (1e-3 if dtype == torch.float32 else 1e-5)
+    if path == "op":
+        w = torch.randn(1, 60, 3, generator=torch.Generator().manual_seed(3), dtype=dtype)
+        g1 = torch.autograd.grad(((f(base.requires_grad_(), idx).normals * w).sum()
+                                  + f(base, idx).curvature.sum()), base)[0]
+        s = scaled.detach().requires_grad_()
+        gs = torch.autograd.grad(((f(s, idx).normals * w).sum() + f(s, idx).curvature.sum()), s)[0]
+        assert torch.isfinite(gs).all()
+        # n(s p) = n(p), so the gradient at s p is the gradient at p over s (a power of two: exact)
+        back = gs.double() * 2.0 ** (scale_exp // 2) * 2.0 ** (scale_exp - scale_exp // 2)
+        # Bit for bit, but for gradients the scale pushed into the subnormal range (a few quanta each).
+        quantum = 2.0 ** ((-140 if dtype == torch.float32 else -1060) + scale_exp)
+        torch.testing.assert_close(back, g1.double(), rtol=0, atol=quantum)

@@ -5,10 +5,17 @@
 //   * a neighbour counts when its index is in [0, N) and its three coordinates
 //     are finite; -1 (knn's padding) and non-finite points are left out;
 //   * the covariance is taken about the neighbours' mean, in the accumulation
-//     type (float32 for float16/bfloat16/float32, float64 for float64), of the
-//     centred coordinates divided by their largest magnitude (no overflow or
-//     underflow for huge or tiny clouds; eigenvectors and the ratio below do
-//     not depend on that scale);
+//     type (float32 for float16/bfloat16/float32, float64 for float64), with
+//     two exact power-of-two scalings so that nothing overflows or underflows
+//     at any scale the input type holds (coordinates near 3e38 or subnormal):
+//     the coordinates are scaled so that their largest magnitude lies in
+//     [0.5, 1) before they are summed for the mean (a sum of k values near
+//     the type's maximum overflows, a mean of subnormal ones is rounded to
+//     the subnormal grid) unless it already lies in [2^-60, 2^60), where the
+//     scale would change no bit, and the centred coordinates so that theirs
+//     does before they are squared (1 / a subnormal spread overflows).
+//     Eigenvectors and the ratio below do not depend on either scale, and a
+//     power of two changes no rounding, so ordinary scales keep their bits;
 //   * its eigen-decomposition is the cyclic Jacobi method on the 3x3 matrix
 //     (rotations in the order (0,1), (0,2), (1,2); at most kMaxSweeps sweeps),
 //     accurate to a few ulps of the largest eigenvalue even for planar and
@@ -61,6 +68,41 @@ PCGEOM_HD A abs_(A v) {
   return v < A(0) ? -v : v;
 }
 
+// Multiplication by 2^e as two factors, each a power of two the type holds
+// (2^148 is not a float, 2^1074 not a double; half of either is): x * a * b
+// is exact unless the result is subnormal.  Built by doubling, because frexp
+// and ldexp are not spelled alike in CUDA device code and on the host.
+template <typename A>
+PCGEOM_HD A pow2_in_range(int k) {  // 2^k for k within the type's normal exponents: at most 40 products
+  const A up = A(4294967296.0);     // 2^32
+  const A down = A(1) / up;
+  A r = A(1);
+  for (; k >= 32; k -= 32) r *= up;
+  for (; k <= -32; k += 32) r *= down;
+  for (; k > 0; --k) r *= A(2);
+  for (; k < 0; ++k) r *= A(0.5);
+  return r;
+}
+
+template <typename A>
+struct Pow2 {
+  A a, b;
+  PCGEOM_HD explicit Pow2(int e) : a(pow2_in_range<A>(e / 2)), b(pow2_in_range<A>(e - e / 2)) {}
+  PCGEOM_HD A operator()(A x) const { return b == A(1) ? x * a : x * a * b; }
+};
+
+// The binary exponent of a finite m > 0: m * 2^-e lies in [0.5, 1) (frexp's e).
+template <typename A>
+PCGEOM_HD int binary_exponent(A m) {
+  const A big = A(4294967296.0);  // 2^32
+  int e = 0;
+  for (; m >= big; e += 32) m /= big;
+  for (; m < A(1) / big; e -= 32) m *= big;
+  for (; m >= A(1); ++e) m *= A(0.5);
+  for (; m < A(0.5); --e) m *= A(2);
+  return e;
+}
+
 // Symmetric 3x3 eigen-decomposition by cyclic Jacobi rotations.  On return
 // a[i][i] are the eigenvalues and the columns v[.][i] their unit eigenvectors.
 template <typename A>
@@ -106,13 +148,14 @@ PCGEOM_HD void jacobi3(A a[3][3], A v[3][3]) {
 template <typename T, typename A>
 PCGEOM_HD void pca_normal_row(const T* pb, const int64_t* idx, int64_t K, int64_t N, T* normal,
                               T* curvature) {
-  A sx = A(0), sy = A(0), sz = A(0);
   // The first valid neighbour, and whether every valid one sits exactly there:
   // the mean of n equal copies is not always that value (it is rounded), so
   // the centred copies can be a few ulps off zero, all equal -- a rank-one
   // "line" along (1, 1, 1) that the collinear rule would turn into a normal.
   // Detected exactly here instead, so one position always gives (0, 0, 1).
   A fx = A(0), fy = A(0), fz = A(0);
+  A amax = A(0);  // the largest coordinate magnitude of the valid neighbours
+  A rx = A(0), ry = A(0), rz = A(0);  // their sums, unscaled
   bool one_position = true;
   int64_t count = 0;
   for (int64_t s = 0; s < K; ++s) {
@@ -128,14 +171,37 @@ PCGEOM_HD void pca_normal_row(const T* pb, const int64_t* idx, int64_t K, int64_
     } else if (x != fx || y != fy || z != fz) {
       one_position = false;
     }
-    sx += x;
-    sy += y;
-    sz += z;
+    amax = abs_(x) > amax ? abs_(x) : amax;
+    amax = abs_(y) > amax ? abs_(y) : amax;
+    amax = abs_(z) > amax ? abs_(z) : amax;
+    rx += x;
+    ry += y;
+    rz += z;
     ++count;
   }
   A n[3] = {A(0), A(0), A(1)};
   A curv = A(0);
+  // Two distinct finite positions: amax > 0.
   if (count > 0 && !one_position) {
+    // Coordinates in [2^-60, 2^60) keep the unscaled sums: they cannot
+    // overflow, nor the mean fall to subnormal rounding, and a power of two
+    // would change no bit of what follows -- one pass saved on ordinary clouds.
+    const bool moderate = amax >= A(8.673617379884035e-19) && amax < A(1152921504606846976.0);
+    const Pow2<A> s1(moderate ? 0 : -binary_exponent(amax));  // coordinates * s1 lie in (-1, 1)
+    A sx = rx, sy = ry, sz = rz;
+    if (!moderate) {
+      sx = sy = sz = A(0);
+      for (int64_t s = 0; s < K; ++s) {
+        const int64_t j = idx[s];
+        if (j < 0 || j >= N) continue;
+        const A x = static_cast<A>(pb[3 * j]), y = static_cast<A>(pb[3 * j + 1]),
+                z = static_cast<A>(pb[3 * j + 2]);
+        if (!finite3(x, y, z)) continue;
+        sx += s1(x);
+        sy += s1(y);
+        sz += s1(z);
+      }
+    }
     const A inv = A(1) / static_cast<A>(count);
     const A mx = sx * inv, my = sy * inv, mz = sz * inv;
     A scale = A(0);
@@ -145,13 +211,14 @@ PCGEOM_HD void pca_normal_row(const T* pb, const int64_t* idx, int64_t K, int64_
       const A x = static_cast<A>(pb[3 * j]), y = static_cast<A>(pb[3 * j + 1]),
               z = static_cast<A>(pb[3 * j + 2]);
       if (!finite3(x, y, z)) continue;
-      const A dx = abs_(x - mx), dy = abs_(y - my), dz = abs_(z - mz);
+      const A dx = abs_(s1(x) - mx), dy = abs_(s1(y) - my),
+              dz = abs_(s1(z) - mz);
       scale = dx > scale ? dx : scale;
       scale = dy > scale ? dy : scale;
       scale = dz > scale ? dz : scale;
     }
-    if (scale > A(0) && (scale - scale) == A(0)) {
-      const A is = A(1) / scale;
+    if (scale > A(0)) {
+      const Pow2<A> s2(-binary_exponent(scale));  // centred coordinates * s2 lie in (-1, 1)
       A cxx = A(0), cxy = A(0), cxz = A(0), cyy = A(0), cyz = A(0), czz = A(0);
       for (int64_t s = 0; s < K; ++s) {
         const int64_t j = idx[s];
@@ -159,7 +226,8 @@ PCGEOM_HD void pca_normal_row(const T* pb, const int64_t* idx, int64_t K, int64_
         const A x = static_cast<A>(pb[3 * j]), y = static_cast<A>(pb[3 * j + 1]),
                 z = static_cast<A>(pb[3 * j + 2]);
         if (!finite3(x, y, z)) continue;
-        const A dx = (x - mx) * is, dy = (y - my) * is, dz = (z - mz) * is;
+        const A dx = s2(s1(x) - mx), dy = s2(s1(y) - my),
+                dz = s2(s1(z) - mz);
         cxx += dx * dx;
         cxy += dx * dy;
         cxz += dx * dz;

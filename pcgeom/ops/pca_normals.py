@@ -7,6 +7,7 @@ from typing import NamedTuple
 import torch
 
 from pcgeom import _validation as V
+from pcgeom._scaling import times_power_of_two
 from pcgeom.ops.reference import pca_neighbourhoods
 
 
@@ -24,7 +25,12 @@ def pca_normals(points, idx) -> PCANormalsResult:
     and whose coordinates are finite; their covariance about their mean; its
     eigen-decomposition by a 3x3 Jacobi solver in the native kernels (CPU and
     CUDA), accumulated in float32 for float16/bfloat16/float32 and float64 for
-    float64.  Duplicate indices count as often as they appear.
+    float64.  Duplicate indices count as often as they appear.  Any scale the
+    dtype holds (coordinates near its largest value, or subnormal): each
+    neighbourhood is multiplied by exact powers of two before its mean and
+    again before its covariance, so nothing overflows or underflows, and a
+    power-of-two scale of the input gives the same normals and curvature bit
+    for bit (the gradient scales by its inverse).
 
     * ``normals[b, m]`` is the unit eigenvector of the smallest eigenvalue,
       with the **sign rule**: its component of largest magnitude is positive
@@ -104,7 +110,11 @@ def _backward(ctx, grad_normals, grad_curvature):
     B, N, _ = points.shape
     M, K = idx.shape[1], idx.shape[2]
     acc = V.acc_dtype(points.dtype)
-    centred, valid, count = pca_neighbourhoods(points, idx, acc)
+    # The neighbourhoods come as d_i = 2**e * d_i^s per row (exact; nothing
+    # overflows or underflows at any scale the dtype holds), so C = 4**e C_s.
+    # The outputs do not depend on C's scale, so G = dL/dC = 4**-e G_s, and
+    # dL/dp_i = (2/c) G d_i = 2**-e (2/c) G_s d_i^s.
+    centred, valid, count, e = pca_neighbourhoods(points, idx, acc)
     cnt = count.clamp_min(1).to(acc)
     cov = torch.einsum("rki,rkj->rij", centred, centred) / cnt[:, None, None]
     finite = torch.isfinite(cov).all(dim=(1, 2))
@@ -131,6 +141,7 @@ def _backward(ctx, grad_normals, grad_curvature):
     simple = finite & (count >= 3) & (lam[:, 1] > 64 * eps * lam[:, 2].clamp_min(0)) & (lam[:, 2] > 0)
     G = torch.where(simple[:, None, None], G, 0)
     gd = (2.0 / cnt)[:, None, None] * torch.einsum("rij,rkj->rki", G, centred)
+    gd = times_power_of_two(gd, -e[:, None, None])
     gd = torch.where(valid[..., None], gd, 0).reshape(B, M * K, 3)
     grad = torch.zeros((B, N, 3), dtype=acc, device=points.device)
     grad.scatter_add_(1, idx.clamp_min(0).reshape(B, M * K, 1).expand(-1, -1, 3), gd)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from pcgeom._scaling import binary_exponent, times_power_of_two
 from pcgeom._validation import acc_dtype, alloc_named
 
 BUDGET_BYTES = 256 * 2**20
@@ -389,10 +390,16 @@ def farthest_point_sample_reference(points, n_samples, lengths, start_index):
 
 
 def pca_neighbourhoods(points, idx, acc):
-    """Gathers the valid neighbours of every row: ``(centred (R, k, 3), valid (R, k), count (R,))``.
+    """Gathers the valid neighbours of every row: ``(centred (R, k, 3), valid (R, k), count (R,), e (R,))``.
 
     A neighbour is valid when its index is not -1 and its coordinates are
     finite; the centring is about the mean of the valid ones.  ``R = B * M``.
+    As in the kernels, two exact power-of-two scalings keep every scale the
+    input dtype holds finite and representable: the coordinates are scaled so
+    that their largest magnitude in the row lies in ``[0.5, 1)`` before the
+    mean is summed, the centred ones so that theirs does; the centred
+    coordinates in the caller's units are ``centred * 2**e`` (int64 ``e``,
+    0 for rows whose valid neighbours are all zero or absent).
     """
     B, N, _ = points.shape
     M, K = idx.shape[1], idx.shape[2]
@@ -402,9 +409,13 @@ def pca_neighbourhoods(points, idx, acc):
     valid = (idx.reshape(B * M, K) >= 0) & torch.isfinite(nb).all(-1)
     nb = torch.where(valid[..., None], nb, 0)
     count = valid.sum(1)
+    e1 = binary_exponent(nb.abs().amax(dim=(1, 2)))
+    nb = times_power_of_two(nb, -e1[:, None, None])
     mean = nb.sum(1) / count.clamp_min(1)[:, None].to(acc)
     centred = torch.where(valid[..., None], nb - mean[:, None, :], 0)
-    return centred, valid, count
+    e2 = binary_exponent(centred.abs().amax(dim=(1, 2)))
+    centred = times_power_of_two(centred, -e2[:, None, None])
+    return centred, valid, count, e1 + e2
 
 
 def pca_normals_reference(points, idx):
@@ -436,7 +447,7 @@ def pca_normals_reference(points, idx):
     if K == 0:  # no neighbour slots: every row is "no valid neighbour"
         up = torch.tensor([0.0, 0.0, 1.0], dtype=points.dtype, device=points.device)
         return up.expand(B, M, 3).clone(), points.new_zeros((B, M))
-    centred, valid, count = pca_neighbourhoods(points, idx, acc)
+    centred, valid, count, _ = pca_neighbourhoods(points, idx, acc)  # scaled: directions and ratios only
     # All valid neighbours at one position, tested on the coordinates themselves:
     # the rounded mean of equal copies can leave them an ulp off centre, all
     # alike, which would read as a line along (1, 1, 1) (the kernels' test too).
@@ -446,10 +457,9 @@ def pca_normals_reference(points, idx):
         one_position = ((nb == first).all(-1) | ~valid).all(1)
     else:  # no point, no valid neighbour: count == 0 decides
         one_position = torch.zeros_like(valid[:, 0])
-    scale = centred.abs().amax(dim=(1, 2))
-    ok = (count > 0) & (scale > 0) & torch.isfinite(scale) & ~one_position
-    c = centred / torch.where(ok, scale, 1)[:, None, None]
-    cov = torch.einsum("rki,rkj->rij", c, c) / count.clamp_min(1)[:, None, None].to(acc)
+    scale = centred.abs().amax(dim=(1, 2))  # in [0.5, 1) or 0
+    ok = (count > 0) & (scale > 0) & ~one_position
+    cov = torch.einsum("rki,rkj->rij", centred, centred) / count.clamp_min(1)[:, None, None].to(acc)
     cov = torch.where(ok[:, None, None], cov, torch.eye(3, dtype=acc, device=points.device))
     lam, vec = torch.linalg.eigh(cov)  # ascending
     lam = lam.clamp_min(0)

@@ -19,7 +19,7 @@ from torch import Tensor
 from pcgeom import _validation as V
 from pcgeom.compat._installed import real_package_installed
 from pcgeom.compat.pyg_lib._cpu_walk import cpu_uniform_walk
-from pcgeom.compat.torch_cluster._common import check_rowptr_col
+from pcgeom.compat.torch_cluster._common import check_rowptr_col, check_walk_size
 from pcgeom.compat.torch_cluster.graclus import graclus_op
 from pcgeom.compat.torch_cluster.grid import grid_cluster as tc_grid_cluster
 from pcgeom.compat.torch_cluster.knn import knn_offsets
@@ -211,6 +211,7 @@ def op_random_walk(rowptr: Tensor, col: Tensor, seed: Tensor, walk_length: int, 
                         f"and {seed.dtype}")
     walk_length = V.check_int(fn, "walk_length", walk_length, 0)
     p, q = V.check_float(fn, "p", p), V.check_float(fn, "q", q)
+    check_walk_size(fn, seed.numel(), walk_length, seed.device)
     if p == 1.0 and q == 1.0 and rowptr.device.type == "cpu":
         _check_walk_graph(fn, rowptr, col, seed)
         # pyg-lib's CPU kernel, draw for draw (see _cpu_walk).

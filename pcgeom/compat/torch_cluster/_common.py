@@ -1,5 +1,6 @@
 """What the torch_cluster stand-in's modules share: input coercion, batch / CSR offsets, index checks."""
 
+import os
 from typing import Optional, Tuple
 
 import torch
@@ -93,3 +94,41 @@ def padded_clouds(t: Tensor, starts: Tensor, lengths: Tensor, longest: int) -> T
     slot = torch.arange(longest, device=t.device)
     rows = (starts[:, None] + slot).clamp_(max=max(t.shape[0] - 1, 0)).view(-1)
     return t.index_select(0, rows).view(B, longest, t.shape[1]), False
+
+
+def device_memory_bytes(device) -> Optional[int]:
+    """The device's total memory (physical RAM for the CPU), or None where it cannot be read."""
+    device = torch.device(device)
+    try:
+        if device.type == "cuda":
+            return int(torch.cuda.get_device_properties(device).total_memory)
+        if device.type == "cpu":
+            return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError, RuntimeError):
+        pass
+    return None
+
+
+def check_walk_size(fn: str, n_walks: int, walk_length: int, device) -> None:
+    """Refuses, before anything is allocated, walks that cannot fit in the device's memory.
+
+    ``n_walks`` walks of ``walk_length`` steps need the ``(n_walks,
+    walk_length + 1)`` int64 node sequences and as much again for the edge
+    ids (or the random draws): 16 bytes a step.  Past the device's total
+    memory (or 2**63 bytes where that cannot be read) the error names
+    ``walk_length``, the largest value that could fit and the value given,
+    instead of the allocator's own message.
+    """
+    if n_walks == 0 or walk_length == 0:
+        return
+    mem = device_memory_bytes(device)
+    cap = mem if mem is not None else 2**63
+    need = 8 * n_walks * (2 * walk_length + 1)
+    if need <= cap:
+        return
+    most = max(0, (cap // (8 * n_walks) - 1) // 2)
+    where = (f"the {V.bytes_str(cap)} of {torch.device(device).type} memory" if mem is not None
+             else "any address space")
+    raise RuntimeError(f"{fn}: walk_length must be at most {most} for {n_walks} start node(s) on this device "
+                     f"(the walks, (S, walk_length + 1) int64, and their edge ids take 16 bytes a step: "
+                     f"{V.bytes_str(need)}, more than {where}), got {walk_length}")

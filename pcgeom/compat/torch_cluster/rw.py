@@ -5,7 +5,7 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from pcgeom.compat.torch_cluster._common import check_index, check_rowptr_col
+from pcgeom.compat.torch_cluster._common import check_index, check_rowptr_col, check_walk_size
 
 __all__ = ["random_walk"]
 
@@ -34,6 +34,7 @@ def random_walk_op(rowptr: Tensor, col: Tensor, start: Tensor, walk_length: int,
     if not (p > 0 and q > 0):
         raise ValueError(f"{fn}: p and q must be > 0, got p={p}, q={q}")
     S = start.numel()
+    check_walk_size(fn, S, walk_length, start.device)
     if S and (int(start.min()) < 0 or int(start.max()) >= n):
         raise ValueError(f"{fn}: start values must be in [0, {n}) (num_nodes), got "
                          f"[{int(start.min())}, {int(start.max())}]")
@@ -164,6 +165,12 @@ def random_walk(row: Tensor, col: Tensor, start: Tensor, walk_length: int, p: fl
         with ``return_edge_indices`` also ``edge_seq (S, walk_length)`` int64:
         positions in the edge list as sorted by ``coalesced`` (-1 for a step
         that stood still), as torch_cluster returns them.
+
+    Raises:
+        RuntimeError: walks that cannot fit in the device's memory (16 bytes
+            a step: the int64 nodes and edge ids), before anything is
+            allocated, naming ``walk_length``, the largest that fits and the
+            value given.
 
     Example:
         >>> import torch

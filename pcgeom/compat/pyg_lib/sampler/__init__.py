@@ -145,6 +145,12 @@ def random_walk(rowptr: Tensor, col: Tensor, seed: Tensor, walk_length: int, p: 
     Returns:
         ``(S, walk_length + 1)`` node sequences (column 0 is ``seed``), ``rowptr``'s dtype.
 
+    Raises:
+        RuntimeError: walks that cannot fit in the device's memory (16 bytes
+            a step: the nodes and the draws or edge ids), before anything is
+            allocated, naming ``walk_length``, the largest that fits and the
+            value given.
+
     Example:
         >>> import torch
         >>> from pcgeom.compat.pyg_lib.sampler import random_walk
