@@ -67,8 +67,11 @@ def labelled_colors(labels):
 def collect_inputs(inputs, out):
     """(source path, output stem relative to --out) for every PLY file; plus (input, error) for bad inputs.
 
-    Files inside ``out`` are skipped, so ``pcgeom group scans/ --out scans/patches`` can be rerun
-    without grouping its own outputs.
+    A folder input that holds ``out`` (or is ``out``) skips the files under ``out``: they are this
+    command's outputs (of this run or an earlier one), so ``pcgeom group scans/ --out scans/patches``
+    can be rerun without grouping its own outputs.  A folder that lies inside ``out``
+    (``pcgeom preprocess scans/raw --out scans``) is read whole: its outputs land beside it, and an
+    output that would really replace an input is refused file by file (:class:`~pcgeom.io.output.InputGuard`).
     """
     from pathlib import Path
 
@@ -81,13 +84,16 @@ def collect_inputs(inputs, out):
         if p.is_dir():
             plys = sorted(q for q in p.rglob("*") if q.is_file() and q.suffix.lower() == ".ply"
                           and not any(is_partial(part) for part in q.relative_to(p).parts))
-            files = [q for q in plys if not q.resolve().is_relative_to(out)]
+            holds_out = out.is_relative_to(p.resolve())
+            files = [q for q in plys if not (holds_out and q.resolve().is_relative_to(out))]
             if not plys:
                 errors.append((raw, "folder holds no .ply files"))
             elif not files:
-                errors.append((raw, f"its {len(plys)} .ply file{'s' if len(plys) != 1 else ''} all lie inside "
-                                    f"--out {out}, whose files are never read as inputs (outputs would replace "
-                                    "them); choose another --out"))
+                where = "is --out" if out == p.resolve() else f"holds --out {out}"
+                errors.append((raw, f"this folder {where}, and its {len(plys)} .ply "
+                                    f"file{'s' if len(plys) != 1 else ''} all lie under --out, where this command "
+                                    "writes; files there are not read from a folder input (they may be outputs "
+                                    "of an earlier run); choose another --out, or give the files one by one"))
             found += [(q, q.relative_to(p).with_suffix("")) for q in files]
         elif p.is_file():
             found.append((p, Path(p.stem)))
