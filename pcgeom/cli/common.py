@@ -64,6 +64,20 @@ def labelled_colors(labels):
     return colors
 
 
+def read_typed(src):
+    """``(types, cloud)``: a PLY file's column types (:func:`~pcgeom.io.read_ply_types`) and its
+    :func:`~pcgeom.io.read_ply` cloud, read at a precision that holds every stored coordinate and normal
+    exactly (float64 when any is ``double``, ``int`` or ``uint``), so a writer given ``types`` writes the
+    same values back."""
+    import torch
+
+    from pcgeom.io import read_ply, read_ply_types
+
+    types = read_ply_types(src)
+    wide = any(types.get(c) in ("double", "int", "uint") for c in ("x", "y", "z", "nx", "ny", "nz"))
+    return types, read_ply(src, dtype=torch.float64 if wide else torch.float32)
+
+
 def collect_inputs(inputs, out):
     """(source path, output stem relative to --out) for every PLY file; plus (input, error) for bad inputs.
 
