@@ -41,6 +41,37 @@ def positive_int(text: str) -> int:
     return v
 
 
+def device_name(text: str) -> str:
+    """argparse type for ``--device``: ``auto`` or a string ``torch.device`` accepts (``cpu``, ``cuda:1``)."""
+    import torch
+
+    if text == "auto":
+        return text
+    try:
+        torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected auto, cpu, cuda or cuda:N, got {text!r}") from None
+    return text
+
+
+def path_arg(text: str) -> str:
+    """argparse type for a file or folder name: never empty (``--out "$DIR"`` with DIR unset would otherwise
+    mean the current folder)."""
+    if not text.strip() or "\x00" in text:
+        raise argparse.ArgumentTypeError(f"expected a file or folder name, got {text!r}")
+    return text
+
+
+def finite_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if v != v or v in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text}")
+    return v
+
+
 def patch_labels(n_points: int, idx):
     """Per-point patch number (-1 = in no patch; where patches overlap the later one wins)."""
     import torch

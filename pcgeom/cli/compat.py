@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 
+from pcgeom.cli.common import path_arg
 from pcgeom.compat import shims
 
 # PyG's optional compiled companions: torch_geometric imports each when installed and takes its
@@ -49,7 +50,7 @@ DESCRIPTION = (
 
 def add_arguments(p) -> None:
     p.add_argument("action", choices=["enable", "disable", "status"])
-    p.add_argument("--site-dir", default=None, help="site-packages folder to write to (default: this environment's)")
+    p.add_argument("--site-dir", type=path_arg, default=None, help="site-packages folder to write to (default: this environment's)")
 
 
 def _not_read_here(site_dir) -> str:

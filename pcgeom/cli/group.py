@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import sys
 
-from pcgeom.cli.common import (backend_line, failure, labelled_colors, patch_labels, pick_device, positive_int,
-                               read_typed, start_file_run)
+from pcgeom.cli.common import (backend_line, device_name, failure, labelled_colors, patch_labels, path_arg,
+                               pick_device, positive_int, read_typed, start_file_run)
 
 HELP = "group PLY files into patches (FPS + KNN); write coloured PLYs, tensors and optional PNGs"
 DESCRIPTION = (
@@ -26,16 +26,16 @@ DESCRIPTION = (
 
 
 def add_arguments(p) -> None:
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help="PLY files or folders of PLY files")
+    p.add_argument("inputs", nargs="+", type=path_arg, metavar="INPUT", help="PLY files or folders of PLY files")
     p.add_argument("--centers", type=positive_int, required=True, help="number of patches G per cloud")
     p.add_argument("--k", type=positive_int, required=True, help="neighbours per patch")
-    p.add_argument("--out", required=True, help="output folder (created if needed)")
+    p.add_argument("--out", type=path_arg, required=True, help="output folder (created if needed)")
     p.add_argument("--png", action="store_true", help="also render a picture of each cloud's patches")
     p.add_argument("--overwrite", action="store_true", help="replace existing outputs (never an input)")
     p.add_argument("--resume", action="store_true",
                    help="skip inputs whose outputs an earlier run with the same --centers/--k finished and redo "
                    "the rest (always on under torchrun)")
-    p.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda when available; "
+    p.add_argument("--device", type=device_name, default="auto", help="cpu, cuda, ... (default: cuda when available; "
                    "under torchrun each rank takes the GPU of its LOCAL_RANK)")
     p.add_argument("--renderer", default="auto", choices=["auto", "open3d", "matplotlib"], help="picture backend for --png")
 

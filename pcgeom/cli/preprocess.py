@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pcgeom.cli.common import backend_line, failure, pick_device, positive_int, read_typed, start_file_run
+from pcgeom.cli.common import (backend_line, device_name, failure, finite_float, path_arg, pick_device,
+                               positive_int, read_typed, start_file_run)
 
 HELP = "voxel-subsample, remove outliers from and estimate normals of PLY files"
 DESCRIPTION = (
@@ -26,19 +27,19 @@ DESCRIPTION = (
 
 
 def add_arguments(p) -> None:
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help="PLY files or folders of PLY files")
-    p.add_argument("--out", required=True, help="output folder (created if needed)")
+    p.add_argument("inputs", nargs="+", type=path_arg, metavar="INPUT", help="PLY files or folders of PLY files")
+    p.add_argument("--out", type=path_arg, required=True, help="output folder (created if needed)")
     p.add_argument("--voxel", type=_positive_float, default=None, metavar="SIZE", help="voxel size of grid_subsample")
     p.add_argument("--remove-statistical", type=_pair((positive_int, _positive_float), "K,STD such as 20,2.0"),
                    default=None, metavar="K,STD", help="statistical outlier removal: K neighbours, STD ratio")
     p.add_argument("--remove-radius", type=_pair((_positive_float, positive_int), "R,MIN such as 0.05,16"),
                    default=None, metavar="R,MIN", help="radius outlier removal: radius R, at least MIN neighbours")
     p.add_argument("--normals", type=positive_int, default=None, metavar="K", help="estimate normals from K neighbours")
-    p.add_argument("--viewpoint", type=_pair((float, float, float), "x,y,z such as 0,0,10"), default=None,
+    p.add_argument("--viewpoint", type=_pair((finite_float, finite_float, finite_float), "x,y,z such as 0,0,10"), default=None,
                    metavar="x,y,z", help="orient the normals towards this point")
     p.add_argument("--float64", action="store_true", help="compute in float64 (Open3D's precision)")
     p.add_argument("--overwrite", action="store_true", help="replace existing outputs (never an input)")
-    p.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda when available)")
+    p.add_argument("--device", type=device_name, default="auto", help="cpu, cuda, ... (default: cuda when available)")
 
 
 
