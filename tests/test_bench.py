@@ -70,3 +70,64 @@ def test_tests_and_benchmarks_share_one_set_of_factories():
     x = workloads.random_cloud(2, 5, seed=3)
     assert x.shape == (2, 5, 3) and x.dtype == torch.float32
     assert torch.equal(x, workloads.random_cloud(2, 5, seed=3))
+
+
+def _bench_exit(argv, capsys):
+    """``pcgeom bench argv``'s exit status and stderr; the refusals end in argparse's exit 2."""
+    try:
+        rc = bench.main(argv)
+    except SystemExit as exc:
+        rc = exc.code
+    return rc, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("selection", [["--workloads", ","], ["--workloads", ""], ["--datasets", " , "]])
+def test_an_empty_selection_is_refused_and_the_results_file_kept(tmp_path, monkeypatch, capsys, selection):
+    # A checkout's layout, so the default --output is its benchmarks/RESULTS.md.
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "pcgeom"\n')
+    (tmp_path / "benchmarks").mkdir()
+    results = tmp_path / "benchmarks" / "RESULTS.md"
+    results.write_text("# the committed results\n")
+    monkeypatch.chdir(tmp_path)
+    rc, err = _bench_exit([*selection, "--quick", "--no-scaling", "--no-memory"], capsys)
+    assert rc == 2 and "expected at least one" in err and "Traceback" not in err
+    assert results.read_text() == "# the committed results\n"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--threads", "-3"], "--threads: expected an integer from 1 to 1024, got -3"),
+    (["--threads", "0"], "--threads: expected an integer from 1 to 1024, got 0"),
+    (["--repeats", "-1"], "--repeats: expected a positive integer, got -1"),
+    (["--repeats", "x"], "--repeats: expected a positive integer, got 'x'"),
+    (["--grid-budget", "-1"], "--grid-budget: expected a finite number of seconds > 0, got -1"),
+    (["--grid-budget", "inf"], "--grid-budget: expected a finite number of seconds > 0, got inf"),
+    (["--slow", "-0.5"], "--slow: expected a finite number of seconds >= 0, got -0.5"),
+    (["--grid", "--grid-cells", "abc"], "expected cells BxMxNxDxk of five positive integers"),
+    (["--grid", "--grid-cells", "1x1x0x3x1"], "cell '1x1x0x3x1': B, M, N, D and k must all be >= 1"),
+    (["--grid", "--grid-cells", "0x0x0x0x0"], "cell '0x0x0x0x0': B, M, N, D and k must all be >= 1"),
+    (["--grid", "--grid-cells", "1x1x8x3x9"], "k=9 exceeds N=8"),
+    (["--grid", "--grid-cells", "1x2x3"], "five positive integers"),
+    (["--grid", "--grid-cells", ","], "expected at least one cell"),
+    (["--grid", "--grid-cells", "99999999x1x99999999x512x1"], "more than half of this machine's"),
+    (["--workloads", "knn-mae,nope"], "unknown workload 'nope'"),
+])
+def test_bad_option_values_are_argparse_errors(argv, says, capsys):
+    rc, err = _bench_exit(argv, capsys)
+    assert rc == 2 and says in err and "Traceback" not in err
+    assert err.splitlines()[-1].startswith("pcgeom bench: error: argument")
+
+
+def test_the_parsed_selections_and_cells():
+    args = bench.parser().parse_args(["--workloads", " knn-mae,,fps-mae,knn-mae ", "--grid-cells", "2x3x4x5x4,"])
+    assert args.workloads == ["knn-mae", "fps-mae"] and args.datasets == list(workloads.DATASETS)
+    assert args.grid_cells == [(2, 3, 4, 5, 4)]
+    assert bench.parser().parse_args([]).grid_cells is None  # the whole grid
+
+
+def test_nothing_measured_never_replaces_the_results_file(tmp_path, monkeypatch, capsys):
+    results = tmp_path / "RESULTS.md"
+    results.write_text("kept\n")
+    monkeypatch.setattr(bench, "run_grid", lambda cells, budget: [])  # a grid run that measured nothing
+    rc = bench.main(["--grid", "--grid-cells", "1x1x4x3x1", "--output", str(results), "--threads", str(torch.get_num_threads())])
+    assert rc == 1 and "nothing was measured" in capsys.readouterr().err
+    assert results.read_text() == "kept\n"

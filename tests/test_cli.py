@@ -253,3 +253,27 @@ def test_group_reports_a_tiny_hostile_file_and_processes_the_rest(tmp_path):
     assert "1 failed" in run.stderr and "a_hostile.ply: truncated file or wrong element count" in run.stderr
     assert "1000000000000 blank" in run.stderr
     assert sorted(p.name for p in out.iterdir()) == ["b_patches.ply", "b_patches.pt", "c_patches.ply", "c_patches.pt"]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["demo", "--device", ""], "argument --device: expected auto, cpu, cuda or cuda:N, got ''"),
+    (["demo", "--device", "nope"], "argument --device: expected auto, cpu, cuda or cuda:N"),
+    (["demo", "--size", "0x0"], "argument --size: expected WIDTH and HEIGHT from 16 to 8192"),
+    (["demo", "--seed", "99999999999999999999999"], "argument --seed: expected an integer in [-2**63, 2**64)"),
+    (["demo", "--out", ""], "argument --out: expected a file or folder name, got ''"),
+    (["group", "", "--out", "x", "--centers", "2", "--k", "2"], "argument INPUT: expected a file or folder name"),
+    (["preprocess", "a.ply", "--out", " ", "--voxel", "1"], "argument --out: expected a file or folder name"),
+    (["preprocess", "a.ply", "--out", "o", "--normals", "4", "--viewpoint", "nan,0,0"], "argument --viewpoint"),
+    (["compat", "enable", "--site-dir", ""], "argument --site-dir: expected a file or folder name, got ''"),
+])
+def test_hostile_option_values_are_argparse_errors(argv, says, capsys):
+    # an empty --out or --site-dir ("$DIR" unset) would otherwise mean the current folder or this environment
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and says in err and "Traceback" not in err
+
+
+def test_demo_n_points_beyond_the_scan_is_a_message(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path), "--n-points", "99999999"]) == 1
+    assert "--n-points 99999999 exceeds the 37,706 points of scan bunny" in capsys.readouterr().err

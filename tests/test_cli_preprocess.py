@@ -9,7 +9,42 @@ import torch
 import pcgeom
 import pcgeom.data
 from pcgeom import cli
-from pcgeom.io import read_ply, write_ply
+from pcgeom.io import read_ply, read_ply_types, write_ply
+
+# Every PLY scalar type, both spellings, and its numpy type (the spec; independent of pcgeom.io).
+PLY_TYPES = {"char": "i1", "uchar": "u1", "short": "i2", "ushort": "u2", "int": "i4", "uint": "u4",
+             "float": "f4", "double": "f8", "int8": "i1", "uint8": "u1", "int16": "i2", "uint16": "u2",
+             "int32": "i4", "uint32": "u4", "float32": "f4", "float64": "f8"}
+CANONICAL = {"i1": "char", "u1": "uchar", "i2": "short", "u2": "ushort", "i4": "int", "u4": "uint",
+             "f4": "float", "f8": "double"}
+
+
+def raw_ply(path, columns, fmt="binary_little_endian"):
+    """Writes a PLY file by hand (not with pcgeom.io): ``columns`` is a list of (name, PLY type, values)."""
+    n = len(columns[0][2])
+    head = [f"ply\nformat {fmt} 1.0\nelement vertex {n}\n"] + [f"property {t} {name}\n" for name, t, _ in columns]
+    head.append("end_header\n")
+    with open(path, "wb") as f:
+        f.write("".join(head).encode("ascii"))
+        if fmt == "ascii":
+            for i in range(n):
+                f.write((" ".join(repr(float(v[i])) if PLY_TYPES[t][0] == "f" else str(int(v[i]))
+                                  for _, t, v in columns) + "\n").encode("ascii"))
+        else:
+            order = "<" if fmt == "binary_little_endian" else ">"
+            rec = np.empty(n, dtype=[(name, order + PLY_TYPES[t]) for name, t, _ in columns])
+            for name, _, v in columns:
+                rec[name] = v
+            f.write(rec.tobytes())
+    return path
+
+
+def stored(path) -> dict:
+    """Every vertex column of a PLY file as numpy values of its stored type, decoded by plyfile."""
+    import plyfile
+
+    v = plyfile.PlyData.read(str(path))["vertex"].data
+    return {name: np.asarray(v[name]).astype(v.dtype[name].newbyteorder("=")) for name in v.dtype.names}
 
 
 def _inputs(tmp_path):
@@ -110,3 +145,94 @@ def test_preprocess_normals_at_float32_extremes(tmp_path, capsys, scale):
         off.append(np.degrees(np.arccos(min(cos, 1.0))))
     off = np.array(off)
     assert int((off > 1.0).sum()) <= 3 and off.max() < 10.0, (int((off > 1.0).sum()), off.max())
+
+
+def _typed_scan(n=400, seed=0):
+    """A surface with 16-bit colours (as LAS conversions write), double coordinates and one extra property per
+    PLY type, each holding its type's extremes."""
+    rng = np.random.default_rng(seed)
+    pts = pcgeom.data.load("bunny", n_points=n, seed=seed).double().numpy() + rng.random((n, 3)) * 1e-9
+    cols = [("x", "double", pts[:, 0]), ("y", "double", pts[:, 1]), ("z", "double", pts[:, 2]),
+            ("red", "ushort", rng.integers(0, 65536, n)), ("green", "uint16", rng.integers(0, 65536, n)),
+            ("blue", "ushort", np.r_[65535, 0, rng.integers(0, 65536, n - 2)])]
+    for t in ("char", "uchar", "short", "ushort", "int", "uint", "int8", "uint8", "int16", "uint16", "int32", "uint32"):
+        info = np.iinfo(PLY_TYPES[t])
+        cols.append((f"p_{t}", t, np.r_[info.min, info.max, rng.integers(info.min, int(info.max) + 1, n - 2)]))
+    cols.append(("p_float", "float", np.r_[np.float32(3.4028235e38), np.float32(1e-45), rng.random(n - 2)].astype("f4")))
+    cols.append(("p_double", "float64", np.r_[1e308, 5e-324, rng.random(n - 2)]))
+    return cols
+
+
+def _check_kept(src_cols, out_path, *, skip=()):
+    """Every column of the output has the input's type and, row for row (matched by coordinates), its value."""
+    got, types = stored(out_path), read_ply_types(out_path)
+    by_xyz = {tuple(r): i for i, r in enumerate(np.stack([c[2] for c in src_cols[:3]], 1).tolist())}
+    rows = np.array([by_xyz[tuple(r)] for r in np.stack([got["x"], got["y"], got["z"]], 1).tolist()])
+    for name, t, values in src_cols:
+        if name in skip:
+            continue
+        assert types[name] == CANONICAL[PLY_TYPES[t]], (name, types[name], t)
+        assert got[name].dtype == np.dtype(PLY_TYPES[t]), name
+        np.testing.assert_array_equal(got[name], np.asarray(values).astype(PLY_TYPES[t])[rows], err_msg=name)
+    return got, rows
+
+
+@pytest.mark.parametrize("fmt", ["binary_little_endian", "binary_big_endian", "ascii"])
+def test_preprocess_keeps_16_bit_colours_and_every_property_type_exactly(tmp_path, capsys, fmt):
+    cols = _typed_scan()
+    src = raw_ply(tmp_path / "scan.ply", cols, fmt)
+    out = tmp_path / "out"
+    assert cli.main(["preprocess", str(src), "--out", str(out), "--voxel", "0.005"]) == 0, capsys.readouterr().err
+    text = capsys.readouterr().out
+    got, rows = _check_kept(cols, out / "scan.ply")
+    assert 50 < len(rows) < 400 and f"400 points read, {len(rows)} written" in text
+    # the kept rows are the library's answer on the float32 coordinates
+    pts = torch.from_numpy(np.stack([c[2] for c in cols[:3]], 1))
+    assert sorted(rows.tolist()) == sorted(pcgeom.grid_subsample(pts.float(), 0.005).index.tolist())
+
+
+@pytest.mark.parametrize("colours, ply_type", [
+    (np.array([[0.0, 127.5, 255.0]] * 60), "float"),   # float colours in 0-255
+    (np.array([[0.0, 0.5, 1.0]] * 60), "float"),       # float colours in [0, 1]: not quantised to 8 bits
+    (np.array([[0.1, 0.25, 1.0]] * 60), "double"),
+    (np.array([[0, 40000, 65535]] * 60), "ushort"),
+])
+def test_preprocess_float_and_wide_colours_keep_type_and_value(tmp_path, capsys, colours, ply_type):
+    rng = np.random.default_rng(1)
+    pts = rng.random((60, 3)).astype("f4")
+    colours = colours + (rng.random((60, 3)) * 1e-3 if ply_type in ("float", "double") else 0)
+    cols = [("x", "float", pts[:, 0]), ("y", "float", pts[:, 1]), ("z", "float", pts[:, 2]),
+            ("red", ply_type, colours[:, 0]), ("green", ply_type, colours[:, 1]), ("blue", ply_type, colours[:, 2])]
+    src = raw_ply(tmp_path / "c.ply", cols)
+    out = tmp_path / "out"
+    assert cli.main(["preprocess", str(src), "--out", str(out), "--remove-statistical", "8,3.0",
+                     "--normals", "8"]) == 0, capsys.readouterr().err
+    _check_kept(cols, out / "c.ply")
+    assert read_ply_types(out / "c.ply")["nx"] == "float"  # new normals: the computed precision
+
+
+def test_preprocess_summary_counts_the_points_read_even_when_a_file_fails(tmp_path, capsys):
+    bad = torch.rand(1000, 3)
+    bad[7] = float("inf")
+    write_ply(tmp_path / "inf.ply", bad)
+    assert cli.main(["preprocess", str(tmp_path / "inf.ply"), "--out", str(tmp_path / "out"), "--voxel", "0.1"]) == 1
+    out = capsys.readouterr().out
+    assert "0 of 1 file written" in out and "1,000 points read, 0 written" in out and "0 points in" not in out
+
+
+def test_group_keeps_every_column_in_its_type_and_colours_by_patch(tmp_path, capsys):
+    cols = _typed_scan(600)
+    cols.insert(3, ("nx", "double", np.full(600, 0.5)))
+    cols.insert(4, ("ny", "float", np.full(600, -0.25, "f4")))
+    cols.insert(5, ("nz", "double", np.full(600, 1.0)))
+    cols.append(("patch", "uchar", np.full(600, 9)))  # replaced by this run's labels
+    src = raw_ply(tmp_path / "scan.ply", cols, "binary_big_endian")
+    out = tmp_path / "out"
+    assert cli.main(["group", str(src), "--out", str(out), "--centers", "8", "--k", "32"]) == 0, capsys.readouterr().err
+    got, rows = _check_kept(cols, out / "scan_patches.ply", skip=("red", "green", "blue", "patch"))
+    assert sorted(rows.tolist()) == list(range(600))
+    types = read_ply_types(out / "scan_patches.ply")
+    assert types["red"] == "uchar" and types["patch"] == "int" and got["patch"].max() == 7
+    res = torch.load(out / "scan_patches.pt", weights_only=True)
+    pts32 = torch.from_numpy(np.stack([c[2] for c in cols[:3]], 1)).float()  # grouped in float32, as before
+    assert torch.equal(res["neighborhoods"], pts32[res["idx"]] - res["centers"][:, None])

@@ -175,13 +175,20 @@ def test_environment_hook_via_pth(tmp_path):
     assert not shims.hook_status(site_dir)["installed"]
 
 
-def test_cli_compat_and_doctor(tmp_path, capsys):
+def _read_at_start_up(monkeypatch, site_dir):
+    """Makes ``site_dir`` one of this interpreter's start-up site folders, as a venv's site-packages is."""
+    real = shims.start_up_site_dirs
+    monkeypatch.setattr(shims, "start_up_site_dirs", lambda: [*real(), site_dir])
+
+
+def test_cli_compat_and_doctor(tmp_path, capsys, monkeypatch):
     site_dir = str(tmp_path / "sp")
+    _read_at_start_up(monkeypatch, tmp_path / "sp")
     assert cli.main(["compat", "enable", "--site-dir", site_dir]) == 0
-    assert "enabled" in capsys.readouterr().out
+    assert "enabled for this Python environment" in capsys.readouterr().out
     assert cli.main(["compat", "status", "--site-dir", site_dir]) == 0
     out = capsys.readouterr().out
-    assert "enabled in" in out and "pointnet2_ops.pointnet2_modules" in out
+    assert "enabled in" in out and "pointnet2_ops.pointnet2_modules" in out and "shim: pcgeom.compat" in out
     assert cli.main(["compat", "disable", "--site-dir", site_dir]) == 0
     assert "removed" in capsys.readouterr().out
     assert not os.path.exists(os.path.join(site_dir, shims.PTH_NAME))
@@ -230,3 +237,56 @@ def test_start_up_hook_imports_nothing_until_a_shimmed_name_is_looked_up(tmp_pat
                             "[type(f).__name__ for f in sys.meta_path][-1])"], capture_output=True, text=True,
                            timeout=120, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, cwd=tmp_path)
     assert probe.stdout.split()[-1] == "ShimFinder", probe.stdout + probe.stderr
+
+
+def test_help_and_enable_name_every_served_module_and_say_what_pyg_gets(tmp_path, capsys, monkeypatch):
+    # The lists come from SHIMS: every served name, submodules included, in --help and in what enable prints.
+    with pytest.raises(SystemExit):
+        cli.main(["compat", "--help"])
+    helptext = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    _read_at_start_up(monkeypatch, tmp_path / "sp")
+    assert cli.main(["compat", "enable", "--site-dir", str(tmp_path / "sp")]) == 0
+    printed = capsys.readouterr().out
+    assert len(shims.SHIMS) == 15
+    for text in (helptext, printed):
+        assert f"{len(shims.SHIMS)} module names" in helptext
+        for name in shims.SHIMS:
+            top, _, sub = name.partition(".")
+            assert top in text and (not sub or f".{sub}" in text), (name, text)
+        assert "torch_geometric" in text and "2.8" in text
+        assert "pyg_lib, torch_cluster, torch_scatter" in text
+
+
+def test_enable_into_a_folder_this_python_never_reads_says_so(tmp_path, capsys):
+    site_dir = tmp_path / "elsewhere"
+    assert not shims.is_start_up_site_dir(site_dir) and shims.is_start_up_site_dir()
+    assert cli.main(["compat", "enable", "--site-dir", str(site_dir)]) == 0  # written, as asked
+    cap = capsys.readouterr()
+    assert "enabled for this Python environment" not in cap.out + cap.err
+    assert "every later process" not in (cap.out + cap.err).lower()
+    assert f"does not read {site_dir} at start-up" in cap.err and "serves nothing" in cap.err
+    assert (site_dir / shims.PTH_NAME).exists()
+    assert cli.main(["compat", "status", "--site-dir", str(site_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "does not read" in out and "shim: " not in out  # nothing is served here from that folder
+    assert cli.main(["compat", "disable", "--site-dir", str(site_dir)]) == 0
+    assert f"disabled in {site_dir}" in capsys.readouterr().out
+
+
+def test_disable_on_a_read_only_site_packages_is_a_clear_message(tmp_path, capsys, monkeypatch):
+    site_dir = tmp_path / "sp"
+    shims.install_hook(site_dir)
+    real_unlink = type(site_dir).unlink
+
+    def unlink(self, *a, **k):  # as in a root-owned site-packages (tests may run as root, so chmod cannot say it)
+        if self.parent == site_dir:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_unlink(self, *a, **k)
+
+    monkeypatch.setattr(type(site_dir), "unlink", unlink)
+    assert cli.main(["compat", "disable", "--site-dir", str(site_dir)]) == 1
+    err = capsys.readouterr().err
+    assert f"pcgeom compat disable: cannot remove the hook from {site_dir}" in err
+    assert "Permission denied" in err and "stay enabled" in err and "PCGEOM_DISABLE_SHIMS=1" in err
+    assert "Traceback" not in err
+    assert shims.hook_status(site_dir)["installed"]  # the .pth goes first: left whole, not half

@@ -352,3 +352,61 @@ def test_ragged_list_rows_truncated_or_negative(tmp_path):
     _bad(tmp_path, head + struct.pack("<b", -3) + bytes(12), "negative list length -3")
     # A list length that runs past the end of the file.
     _bad(tmp_path, head + struct.pack("<b", 100) + bytes(20), "row 0 runs past the end of the file")
+
+
+_ALL_TYPES = {"char": "i1", "uchar": "u1", "short": "i2", "ushort": "u2", "int": "i4", "uint": "u4", "float": "f4",
+              "double": "f8", "int8": "i1", "uint8": "u1", "int16": "i2", "uint16": "u2", "int32": "i4",
+              "uint32": "u4", "float32": "f4", "float64": "f8"}
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_types_write_every_column_back_in_its_ply_type(tmp_path, binary):
+    from pcgeom.io import read_ply_types
+
+    n = 6
+    props, types = {}, {}
+    for t, code in _ALL_TYPES.items():
+        if code[0] == "f":
+            info = np.finfo(code)
+            v = np.array([info.max, -info.max, info.tiny, 0.0, -1.5, np.nan], dtype=code)
+        else:
+            info = np.iinfo(code)
+            v = np.array([info.min, info.max, 0, 1, info.max // 3, info.min // 2], dtype=code)
+        props[f"p_{t}"] = torch.from_numpy(v.astype({"u2": "i4", "u4": "i8"}.get(code, code)))  # as read_ply gives them
+        types[f"p_{t}"] = t
+    rgb = torch.tensor([[0, 300, 65535]] * n, dtype=torch.int32)
+    pts = torch.rand(n, 3, dtype=torch.float64)
+    path = write_ply(tmp_path / "t.ply", pts, colors=rgb, properties=props, binary=binary,
+                     types={**types, "red": "uint16", "green": "ushort", "blue": "ushort", "x": "double",
+                            "y": "float64", "z": "double"})
+    back = plyfile.PlyData.read(str(path))["vertex"].data
+    want = {"i1": "char", "u1": "uchar", "i2": "short", "u2": "ushort", "i4": "int", "u4": "uint", "f4": "float", "f8": "double"}
+    got_types = read_ply_types(path)
+    for t, code in _ALL_TYPES.items():
+        assert got_types[f"p_{t}"] == want[code] and back[f"p_{t}"].dtype.kind + str(back[f"p_{t}"].dtype.itemsize) == code
+        np.testing.assert_array_equal(back[f"p_{t}"], props[f"p_{t}"].numpy().astype(code))
+    assert got_types["red"] == "ushort" and (back["green"] == 300).all() and (back["blue"] == 65535).all()
+    cloud = read_ply(path, dtype=torch.float64)
+    assert torch.equal(cloud.points, pts) and torch.equal(cloud.colors, rgb)
+
+
+def test_types_refuse_what_the_type_cannot_hold(tmp_path):
+    pts = torch.rand(3, 3)
+    with pytest.raises(ValueError, match=r"red cannot be stored exactly as PLY uchar: row 0 holds 256"):
+        write_ply(tmp_path / "a.ply", pts, colors=torch.tensor([[256, 0, 0]] * 3),
+                  types={"red": "uchar", "green": "uchar", "blue": "uchar"})
+    with pytest.raises(ValueError, match=r"x cannot be stored exactly as PLY float"):
+        write_ply(tmp_path / "a.ply", torch.tensor([[0.1, 0, 0]], dtype=torch.float64), types={"x": "float"})
+    with pytest.raises(ValueError, match=r"q cannot be stored exactly as PLY short: row 1 holds 0.5"):
+        write_ply(tmp_path / "a.ply", pts, properties={"q": torch.tensor([1.0, 0.5, 2.0])}, types={"q": "short"})
+    with pytest.raises(ValueError, match=r"types names 'nx', which is not a column being written"):
+        write_ply(tmp_path / "a.ply", pts, types={"nx": "float"})
+    with pytest.raises(ValueError, match=r"types\['x'\] must be a PLY scalar type .* got 'float16'"):
+        write_ply(tmp_path / "a.ply", pts, types={"x": "float16"})
+    with pytest.raises(ValueError, match="all of red, green, blue or none"):
+        write_ply(tmp_path / "a.ply", pts, colors=torch.zeros(3, 3, dtype=torch.uint8), types={"red": "ushort"})
+    assert not (tmp_path / "a.ply").exists()
+    # a lone "red" column is a property like any other, and any printable PLY name is kept
+    write_ply(tmp_path / "b.ply", pts, properties={"red": torch.arange(3), "scalar-Intensity": torch.ones(3)},
+              types={"red": "ushort"})
+    assert set(read_ply(tmp_path / "b.ply").properties) == {"red", "scalar-Intensity"}

@@ -92,7 +92,39 @@ def test_out_equal_to_the_input_folder_is_named_as_such(scans, capsys):
     assert cli.main(["preprocess", str(src), "--out", str(src), "--voxel", "0.2"]) == 1
     err = capsys.readouterr().err
     assert "holds no .ply files" not in err
-    assert "2 .ply files all lie inside --out" in err
+    assert "this folder is --out, and its 2 .ply files all lie under --out" in err
+    assert "outputs would replace" not in err  # for group they would not; the reason given is true for both
+
+
+def test_a_folder_inside_out_is_read_and_only_a_real_replacement_is_refused(scans, capsys):
+    src, bunny = scans  # scans/a.ply, scans/b.ply
+    raw = src / "raw"
+    (raw / "raw").mkdir(parents=True)
+    write_ply(raw / "c.ply", bunny[:1200])
+    # raw/raw/c.ply's output is scans/raw/c.ply: an input, so that one file is refused by name
+    write_ply(raw / "raw" / "c.ply", bunny[:1100])
+    before = (raw / "c.ply").read_bytes()
+    assert cli.main(["preprocess", str(raw), "--out", str(src), "--voxel", "0.01"]) == 1
+    cap = capsys.readouterr()
+    assert "1 of 2 files written" in cap.out
+    assert f"refusing to write {raw / 'c.ply'}: it is the input {raw / 'c.ply'}" in cap.err
+    assert "outputs would replace" not in cap.err and "all lie" not in cap.err
+    assert len(read_ply(src / "c.ply").points) > 0 and (raw / "c.ply").read_bytes() == before
+    assert torch.equal(read_ply(src / "a.ply").points, bunny)  # the scans beside raw/ are not touched
+
+
+def test_preprocess_scans_raw_into_scans_as_the_files_one_by_one(scans, tmp_path, capsys):
+    src, bunny = scans
+    raw = src / "raw"
+    raw.mkdir()
+    write_ply(raw / "c.ply", bunny[:1200])
+    write_ply(raw / "d.ply", bunny[:900])
+    assert cli.main(["preprocess", str(raw), "--out", str(src), "--voxel", "0.01"]) == 0
+    assert "2 of 2 files written" in capsys.readouterr().out
+    one = tmp_path / "one"
+    assert cli.main(["preprocess", str(raw / "c.ply"), str(raw / "d.ply"), "--out", str(one), "--voxel", "0.01"]) == 0
+    for name in ("c.ply", "d.ply"):
+        assert (src / name).read_bytes() == (one / name).read_bytes()
 
 
 def test_preprocess_reports_a_file_too_large_for_memory_and_goes_on(scans, tmp_path, capsys, monkeypatch):

@@ -54,7 +54,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -126,6 +128,93 @@ __all__ = [
 ]
 
 
+def _selection(what: str, known) -> "callable":
+    """argparse type for a comma-separated, non-empty subset of ``known`` (``--workloads``, ``--datasets``).
+
+    An empty selection (``--workloads ,``, or ``--workloads "$W"`` with ``W`` unset) would measure
+    nothing and then write an empty report over the results file, so it is refused like a typo."""
+
+    def parse(text: str) -> list[str]:
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        if not names:
+            raise argparse.ArgumentTypeError(f"expected at least one {what} (comma-separated), got {text!r}; "
+                                             f"choose from {', '.join(known)}")
+        for n in names:
+            if n not in known:
+                raise argparse.ArgumentTypeError(f"unknown {what} {n!r}; choose from {', '.join(known)}")
+        return list(dict.fromkeys(names))  # a name given twice is measured once
+
+    return parse
+
+
+MAX_THREADS = 1024
+
+
+def _count(what: str, lo: int, hi: int | None = None):
+    """argparse type for an integer in [lo, hi] (``--repeats`` >= 1, ``--threads`` 1..MAX_THREADS)."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {v}")
+        return v
+
+    return parse
+
+
+def _seconds(what: str, *, zero_ok: bool):
+    """argparse type for a finite number of seconds, > 0 (or >= 0 with ``zero_ok``)."""
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not math.isfinite(v) or v < 0 or (v == 0 and not zero_ok):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text}")
+        return v
+
+    return parse
+
+
+def _grid_cells(text: str) -> list[tuple[int, int, int, int, int]]:
+    """argparse type for ``--grid-cells``: comma-separated ``BxMxNxDxk`` cells of positive integers, k <= N,
+    whose inputs and result fit in this machine's memory."""
+    cells = []
+    for c in (c.strip() for c in text.split(",")):
+        if not c:
+            continue
+        parts = c.split("x")
+        if len(parts) != 5 or not all(re.fullmatch(r"\d+", x.strip()) for x in parts):
+            raise argparse.ArgumentTypeError(f"expected cells BxMxNxDxk of five positive integers such as "
+                                             f"64x224x224x3x100, got {c!r}")
+        B, M, N, D, k = (int(x) for x in parts)
+        if min(B, M, N, D, k) < 1:
+            raise argparse.ArgumentTypeError(f"cell {c!r}: B, M, N, D and k must all be >= 1")
+        if k > N:
+            raise argparse.ArgumentTypeError(f"cell {c!r}: k={k} exceeds N={N} (the reference needs k <= N)")
+        # float32 points (+ queries unless M == N) and the (dist2, idx) result, as run_grid allocates them
+        need = 4 * B * D * (N + (0 if M == N else M)) + 12 * B * M * k
+        ram = _physical_memory()
+        if ram is not None and need > ram // 2:
+            raise argparse.ArgumentTypeError(f"cell {c!r} needs {need / 2**30:.1f} GiB for its inputs and result, "
+                                             f"more than half of this machine's {ram / 2**30:.1f} GiB")
+        cells.append((B, M, N, D, k))
+    if not cells:
+        raise argparse.ArgumentTypeError(f"expected at least one cell BxMxNxDxk, got {text!r}")
+    return cells
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
 def parser() -> argparse.ArgumentParser:
     """The ``pcgeom bench`` command line (the docs' CLI reference is generated from it)."""
     ap = argparse.ArgumentParser(prog="pcgeom bench", description=__doc__.split("\n\n")[0],
@@ -133,11 +222,15 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--quick", action="store_true",
                     help="3 rounds (methods slower than --slow: their warm-up call only), "
                          "no memory probe, no scaling report")
-    ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated subset of: " + ", ".join(WORKLOADS))
-    ap.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated subset of: " + ", ".join(DATASETS))
-    ap.add_argument("--repeats", type=int, default=None, help="timed rounds (default 7, 3 with --quick)")
-    ap.add_argument("--threads", type=int, default=None, help="threads for every method (default: all cores)")
-    ap.add_argument("--slow", type=float, default=None,
+    ap.add_argument("--workloads", type=_selection("workload", WORKLOADS), default=list(WORKLOADS),
+                    help="comma-separated, non-empty subset of: " + ", ".join(WORKLOADS))
+    ap.add_argument("--datasets", type=_selection("dataset", DATASETS), default=list(DATASETS),
+                    help="comma-separated, non-empty subset of: " + ", ".join(DATASETS))
+    ap.add_argument("--repeats", type=_count("a positive integer", 1), default=None,
+                    help="timed rounds, >= 1 (default 7, 3 with --quick)")
+    ap.add_argument("--threads", type=_count(f"an integer from 1 to {MAX_THREADS}", 1, MAX_THREADS), default=None,
+                    help=f"threads for every method, 1 to {MAX_THREADS} (default: all cores)")
+    ap.add_argument("--slow", type=_seconds("a finite number of seconds >= 0", zero_ok=True), default=None,
                     help="methods slower than this many seconds per call get a third of the rounds "
                          "(default 1, 0.25 with --quick)")
     ap.add_argument("--memory", action=argparse.BooleanOptionalAction, default=None,
@@ -148,10 +241,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--grid", action="store_true",
                     help="shape grid instead of the workloads: pcgeom.knn / (torch.cdist + topk) for "
                          f"{len(GRID)} shapes (B, M, N, D, k), a few minutes")
-    ap.add_argument("--grid-budget", type=float, default=1.5,
-                    help="seconds of interleaved alternations per grid cell (default 1.5)")
-    ap.add_argument("--grid-cells", default=None,
-                    help="with --grid: only these cells, e.g. 64x224x224x3x100,1x1x1000000x3x1 (BxMxNxDxk)")
+    ap.add_argument("--grid-budget", type=_seconds("a finite number of seconds > 0", zero_ok=False), default=1.5,
+                    help="seconds of interleaved alternations per grid cell, > 0 (default 1.5)")
+    ap.add_argument("--grid-cells", type=_grid_cells, default=None,
+                    help="with --grid: only these cells, e.g. 64x224x224x3x100,1x1x1000000x3x1 (BxMxNxDxk, "
+                         "each >= 1, k <= N)")
     ap.add_argument("--_memory", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--_scaling", nargs=4, help=argparse.SUPPRESS)
     return ap
@@ -190,19 +284,16 @@ def main(argv=None) -> int:
         faiss.omp_set_num_threads(threads)
     if args.grid:
         t_start = time.perf_counter()
-        cells = GRID
-        if args.grid_cells:
-            cells = [tuple(int(x) for x in c.split("x")) for c in args.grid_cells.split(",") if c.strip()]
+        cells = GRID if args.grid_cells is None else args.grid_cells
         rows = run_grid(cells, args.grid_budget)
+        out = args.output if args.output is not None else _default_output()
+        if not rows:
+            return _refuse_empty(out)
         block = render_grid(rows, args, threads, time.perf_counter() - t_start)
         print()
         print(block)
-        out = args.output if args.output is not None else _default_output()
         if out and out != "-":
-            text = merge_grid(out, block, None)
-            os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-            with open(out, "w") as f:
-                f.write(text)
+            _write_report(out, merge_grid(out, block, None))
             print(f"grid written to {out}")
         return 0
     fps_prefix = QUICK_FPS_CHECK if args.quick else None
@@ -212,16 +303,7 @@ def main(argv=None) -> int:
         args.slow = 0.25 if args.quick else 1.0
     memory = (not args.quick) if args.memory is None else args.memory
     scaling_on = (not args.quick) if args.scaling is None else args.scaling
-    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
-    datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
-    for w in workloads:
-        if w not in WORKLOADS:
-            print(f"pcgeom bench: unknown workload {w!r}; choose from {', '.join(WORKLOADS)}", file=sys.stderr)
-            return 2
-    for d in datasets:
-        if d not in DATASETS:
-            print(f"pcgeom bench: unknown dataset {d!r}; choose from {', '.join(DATASETS)}", file=sys.stderr)
-            return 2
+    workloads, datasets = args.workloads, args.datasets  # non-empty, known names (parser())
     if not pcgeom.backend_info()["extension_loaded"]:
         print("pcgeom bench: the native kernels are not loaded (see `pcgeom doctor`); timing the pure-torch path.",
               file=sys.stderr)
@@ -276,17 +358,36 @@ def main(argv=None) -> int:
                       flush=True)
 
     elapsed = time.perf_counter() - t_start
+    out = args.output if args.output is not None else _default_output()
+    if not rows:
+        return _refuse_empty(out)
     report = render(rows, scaling, args, threads, elapsed)
     print()
     print(report)
-    out = args.output if args.output is not None else _default_output()
     if out and out != "-":
-        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-        text = merge_grid(out, None, report)  # keeps a grid section written by --grid
-        with open(out, "w") as f:
-            f.write(text)
+        _write_report(out, merge_grid(out, None, report))  # keeps a grid section written by --grid
         print(f"report written to {out}")
     return 0
+
+
+def _refuse_empty(out: str) -> int:
+    # The parser refuses empty selections; this guards the results file against any other way to measure nothing.
+    kept = f"; {out} is left as it was" if out and out != "-" else ""
+    print(f"pcgeom bench: nothing was measured{kept}", file=sys.stderr)
+    return 1
+
+
+def _write_report(out: str, text: str) -> None:
+    """Replaces ``out`` in one step, so an interrupted run leaves the old results, never half of the new."""
+    from pcgeom.io.output import write_atomic
+
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+
+    def write(tmp):
+        with open(tmp, "x", encoding="utf-8") as f:
+            f.write(text)
+
+    write_atomic(out, write, overwrite=True)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,37 @@ def positive_int(text: str) -> int:
     return v
 
 
+def device_name(text: str) -> str:
+    """argparse type for ``--device``: ``auto`` or a string ``torch.device`` accepts (``cpu``, ``cuda:1``)."""
+    import torch
+
+    if text == "auto":
+        return text
+    try:
+        torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected auto, cpu, cuda or cuda:N, got {text!r}") from None
+    return text
+
+
+def path_arg(text: str) -> str:
+    """argparse type for a file or folder name: never empty (``--out "$DIR"`` with DIR unset would otherwise
+    mean the current folder)."""
+    if not text.strip() or "\x00" in text:
+        raise argparse.ArgumentTypeError(f"expected a file or folder name, got {text!r}")
+    return text
+
+
+def finite_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if v != v or v in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text}")
+    return v
+
+
 def patch_labels(n_points: int, idx):
     """Per-point patch number (-1 = in no patch; where patches overlap the later one wins)."""
     import torch
@@ -64,11 +95,28 @@ def labelled_colors(labels):
     return colors
 
 
+def read_typed(src):
+    """``(types, cloud)``: a PLY file's column types (:func:`~pcgeom.io.read_ply_types`) and its
+    :func:`~pcgeom.io.read_ply` cloud, read at a precision that holds every stored coordinate and normal
+    exactly (float64 when any is ``double``, ``int`` or ``uint``), so a writer given ``types`` writes the
+    same values back."""
+    import torch
+
+    from pcgeom.io import read_ply, read_ply_types
+
+    types = read_ply_types(src)
+    wide = any(types.get(c) in ("double", "int", "uint") for c in ("x", "y", "z", "nx", "ny", "nz"))
+    return types, read_ply(src, dtype=torch.float64 if wide else torch.float32)
+
+
 def collect_inputs(inputs, out):
     """(source path, output stem relative to --out) for every PLY file; plus (input, error) for bad inputs.
 
-    Files inside ``out`` are skipped, so ``pcgeom group scans/ --out scans/patches`` can be rerun
-    without grouping its own outputs.
+    A folder input that holds ``out`` (or is ``out``) skips the files under ``out``: they are this
+    command's outputs (of this run or an earlier one), so ``pcgeom group scans/ --out scans/patches``
+    can be rerun without grouping its own outputs.  A folder that lies inside ``out``
+    (``pcgeom preprocess scans/raw --out scans``) is read whole: its outputs land beside it, and an
+    output that would really replace an input is refused file by file (:class:`~pcgeom.io.output.InputGuard`).
     """
     from pathlib import Path
 
@@ -81,13 +129,16 @@ def collect_inputs(inputs, out):
         if p.is_dir():
             plys = sorted(q for q in p.rglob("*") if q.is_file() and q.suffix.lower() == ".ply"
                           and not any(is_partial(part) for part in q.relative_to(p).parts))
-            files = [q for q in plys if not q.resolve().is_relative_to(out)]
+            holds_out = out.is_relative_to(p.resolve())
+            files = [q for q in plys if not (holds_out and q.resolve().is_relative_to(out))]
             if not plys:
                 errors.append((raw, "folder holds no .ply files"))
             elif not files:
-                errors.append((raw, f"its {len(plys)} .ply file{'s' if len(plys) != 1 else ''} all lie inside "
-                                    f"--out {out}, whose files are never read as inputs (outputs would replace "
-                                    "them); choose another --out"))
+                where = "is --out" if out == p.resolve() else f"holds --out {out}"
+                errors.append((raw, f"this folder {where}, and its {len(plys)} .ply "
+                                    f"file{'s' if len(plys) != 1 else ''} all lie under --out, where this command "
+                                    "writes; files there are not read from a folder input (they may be outputs "
+                                    "of an earlier run); choose another --out, or give the files one by one"))
             found += [(q, q.relative_to(p).with_suffix("")) for q in files]
         elif p.is_file():
             found.append((p, Path(p.stem)))

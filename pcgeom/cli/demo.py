@@ -6,7 +6,8 @@ import argparse
 import sys
 import time
 
-from pcgeom.cli.common import backend_line, labelled_colors, patch_labels, pick_device, plan_outputs, positive_int
+from pcgeom.cli.common import (backend_line, device_name, labelled_colors, patch_labels, path_arg, pick_device,
+                               plan_outputs, positive_int)
 
 HELP = "group a bundled real scan into patches; write a coloured PLY and a PNG picture"
 DESCRIPTION = (
@@ -17,15 +18,15 @@ DESCRIPTION = (
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--out", default="pcgeom-demo", help="output folder (default: pcgeom-demo)")
+    p.add_argument("--out", type=path_arg, default="pcgeom-demo", help="output folder (default: pcgeom-demo)")
     p.add_argument("--overwrite", action="store_true", help="replace outputs left by an earlier run")
     p.add_argument("--scan", default="bunny", choices=["armadillo", "bunny", "chinese_dragon", "kitten"],
                    help="bundled scan (default: bunny)")
     p.add_argument("--n-points", type=positive_int, default=16384, help="points drawn from the scan (default: 16384)")
     p.add_argument("--centers", type=positive_int, default=32, help="number of patches G (default: 32)")
     p.add_argument("--k", type=positive_int, default=256, help="neighbours per patch (default: 256)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the point subset (default: 0)")
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda when available)")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the point subset (default: 0)")
+    p.add_argument("--device", type=device_name, default="auto", help="cpu, cuda, cuda:1, ... (default: cuda when available)")
     p.add_argument("--renderer", default="auto", choices=["auto", "open3d", "matplotlib"],
                    help="picture backend (default: Open3D when installed, else matplotlib)")
     p.add_argument("--size", type=_size, default=(1024, 768), help="picture size WIDTHxHEIGHT (default: 1024x768)")
@@ -37,7 +38,19 @@ def _size(text: str) -> tuple[int, int]:
         w, h = (int(v) for v in text.lower().split("x"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT such as 1024x768, got {text!r}") from None
+    if not (16 <= w <= 8192 and 16 <= h <= 8192):  # what render_neighbourhoods draws
+        raise argparse.ArgumentTypeError(f"expected WIDTH and HEIGHT from 16 to 8192, got {text!r}")
     return w, h
+
+
+def _seed(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not -(2**63) <= v < 2**64:  # what torch.Generator.manual_seed takes
+        raise argparse.ArgumentTypeError(f"expected an integer in [-2**63, 2**64), got {v}")
+    return v
 
 
 def _sync(device) -> None:
@@ -95,9 +108,13 @@ def run(args) -> int:
 
     t0 = time.perf_counter()
     full = pcgeom.data.path(args.scan)
+    n_total = len(pcgeom.data.load(args.scan))
+    if args.n_points > n_total:
+        print(f"pcgeom demo: --n-points {args.n_points} exceeds the {n_total:,} points of scan {args.scan}",
+              file=sys.stderr)
+        return 1
     points, normals = pcgeom.data.load(args.scan, n_points=args.n_points, seed=args.seed, return_normals=True)
     t_load = time.perf_counter() - t0
-    n_total = len(pcgeom.data.load(args.scan))
     G, k = args.centers, args.k
     if G > len(points) or k > len(points):
         print(f"pcgeom demo: --centers {G} and --k {k} must not exceed the {len(points)} points", file=sys.stderr)

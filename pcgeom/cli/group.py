@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import sys
 
-from pcgeom.cli.common import (backend_line, failure, labelled_colors, patch_labels, pick_device, positive_int,
-                               start_file_run)
+from pcgeom.cli.common import (backend_line, device_name, failure, labelled_colors, patch_labels, path_arg,
+                               pick_device, positive_int, read_typed, start_file_run)
 
 HELP = "group PLY files into patches (FPS + KNN); write coloured PLYs, tensors and optional PNGs"
 DESCRIPTION = (
     "For every INPUT (a .ply file, or a folder searched recursively for .ply files) writes "
-    "OUT/<name>_patches.ply (the points coloured by patch, with a 'patch' property), OUT/<name>_patches.pt "
+    "OUT/<name>_patches.ply (the points with their normals and other scalar vertex properties, each in its "
+    "own PLY type, coloured by patch, with an int 'patch' property), OUT/<name>_patches.pt "
     "(torch.load-able dict of centers (G,3), center_idx (G,), idx (G,k), neighborhoods (G,k,3)) and with "
     "--png OUT/<name>_patches.png.  Existing outputs are never replaced without --overwrite.  A bad file is "
     "reported and skipped; the exit status is 1 if any file failed.  Under torchrun "
@@ -25,16 +26,16 @@ DESCRIPTION = (
 
 
 def add_arguments(p) -> None:
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help="PLY files or folders of PLY files")
+    p.add_argument("inputs", nargs="+", type=path_arg, metavar="INPUT", help="PLY files or folders of PLY files")
     p.add_argument("--centers", type=positive_int, required=True, help="number of patches G per cloud")
     p.add_argument("--k", type=positive_int, required=True, help="neighbours per patch")
-    p.add_argument("--out", required=True, help="output folder (created if needed)")
+    p.add_argument("--out", type=path_arg, required=True, help="output folder (created if needed)")
     p.add_argument("--png", action="store_true", help="also render a picture of each cloud's patches")
     p.add_argument("--overwrite", action="store_true", help="replace existing outputs (never an input)")
     p.add_argument("--resume", action="store_true",
                    help="skip inputs whose outputs an earlier run with the same --centers/--k finished and redo "
                    "the rest (always on under torchrun)")
-    p.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda when available; "
+    p.add_argument("--device", type=device_name, default="auto", help="cpu, cuda, ... (default: cuda when available; "
                    "under torchrun each rank takes the GPU of its LOCAL_RANK)")
     p.add_argument("--renderer", default="auto", choices=["auto", "open3d", "matplotlib"], help="picture backend for --png")
 
@@ -72,7 +73,7 @@ def _group_one(src, base, targets, args, device, resume: bool):
     import torch
 
     import pcgeom
-    from pcgeom.io import read_ply, write_ply
+    from pcgeom.io import write_ply
     from pcgeom.vis import render_neighbourhoods
 
     from pcgeom.io.output import publish
@@ -98,8 +99,8 @@ def _group_one(src, base, targets, args, device, resume: bool):
         replace = True  # what an interrupted run left for this file; redo it
     moved = []
     try:
-        cloud = read_ply(src)
-        pts = cloud.points
+        types, cloud = read_typed(src)
+        pts = cloud.points.to(torch.float32)  # grouped in float32; cloud.points keeps the stored values
         if not torch.isfinite(pts).all():
             raise ValueError(f"{int((~torch.isfinite(pts).all(1)).sum())} points have NaN or infinite coordinates")
         if len(pts) < max(args.centers, args.k):
@@ -110,8 +111,12 @@ def _group_one(src, base, targets, args, device, resume: bool):
         shutil.rmtree(partial, ignore_errors=True)  # left by a killed run
         partial.mkdir()
         labels = patch_labels(len(pts), idx0)
-        write_ply(partial / ply_t.name, pts, colors=labelled_colors(labels), normals=cloud.normals,
-                  properties={"patch": labels})
+        # The input's columns in their own types, coloured by patch: its colours (and a column named
+        # red/green/blue or patch) give way to the patch colours and labels.
+        props = {n: v for n, v in cloud.properties.items() if n not in ("red", "green", "blue", "patch")}
+        keep_types = {n: t for n, t in types.items() if n not in ("red", "green", "blue", "patch")}
+        write_ply(partial / ply_t.name, cloud.points, colors=labelled_colors(labels), normals=cloud.normals,
+                  properties={**props, "patch": labels}, types=keep_types)
         if args.png:
             render_neighbourhoods(pts, ctr0, idx0, partial / targets[2].name, backend=args.renderer)
         result = {"centers": ctr0, "center_idx": cidx[0].cpu(), "idx": idx0, "neighborhoods": nbhd[0].cpu()}

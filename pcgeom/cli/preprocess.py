@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pcgeom.cli.common import backend_line, failure, pick_device, positive_int, start_file_run
+from pcgeom.cli.common import (backend_line, device_name, failure, finite_float, path_arg, pick_device,
+                               positive_int, read_typed, start_file_run)
 
 HELP = "voxel-subsample, remove outliers from and estimate normals of PLY files"
 DESCRIPTION = (
@@ -16,7 +17,9 @@ DESCRIPTION = (
     "OUT/<name>.ply after, in this order: --voxel (pcgeom.grid_subsample, the first point per voxel), "
     "--remove-statistical (Open3D's remove_statistical_outlier), --remove-radius (Open3D's "
     "remove_radius_outlier) and --normals (pcgeom.estimate_normals, written as nx, ny, nz; oriented "
-    "towards --viewpoint if given).  Colours and other vertex properties of the kept points are kept. "
+    "towards --viewpoint if given).  Colours, normals and other scalar vertex properties of the kept points "
+    "are kept, each in its own PLY type with its exact value (coordinates too: --float64 only sets the "
+    "precision computed in); new normals are written at the computed precision. "
     "Outputs are written to a temporary file and moved into place when complete; existing outputs are "
     "never replaced without --overwrite.  A bad file is reported and skipped; the exit status is 1 if "
     "any file failed."
@@ -24,19 +27,19 @@ DESCRIPTION = (
 
 
 def add_arguments(p) -> None:
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help="PLY files or folders of PLY files")
-    p.add_argument("--out", required=True, help="output folder (created if needed)")
+    p.add_argument("inputs", nargs="+", type=path_arg, metavar="INPUT", help="PLY files or folders of PLY files")
+    p.add_argument("--out", type=path_arg, required=True, help="output folder (created if needed)")
     p.add_argument("--voxel", type=_positive_float, default=None, metavar="SIZE", help="voxel size of grid_subsample")
     p.add_argument("--remove-statistical", type=_pair((positive_int, _positive_float), "K,STD such as 20,2.0"),
                    default=None, metavar="K,STD", help="statistical outlier removal: K neighbours, STD ratio")
     p.add_argument("--remove-radius", type=_pair((_positive_float, positive_int), "R,MIN such as 0.05,16"),
                    default=None, metavar="R,MIN", help="radius outlier removal: radius R, at least MIN neighbours")
     p.add_argument("--normals", type=positive_int, default=None, metavar="K", help="estimate normals from K neighbours")
-    p.add_argument("--viewpoint", type=_pair((float, float, float), "x,y,z such as 0,0,10"), default=None,
+    p.add_argument("--viewpoint", type=_pair((finite_float, finite_float, finite_float), "x,y,z such as 0,0,10"), default=None,
                    metavar="x,y,z", help="orient the normals towards this point")
     p.add_argument("--float64", action="store_true", help="compute in float64 (Open3D's precision)")
     p.add_argument("--overwrite", action="store_true", help="replace existing outputs (never an input)")
-    p.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda when available)")
+    p.add_argument("--device", type=device_name, default="auto", help="cpu, cuda, ... (default: cuda when available)")
 
 
 
@@ -66,18 +69,25 @@ def _positive_float(text: str) -> float:
 
 
 def _preprocess_one(src, target, args, device):
-    """Preprocesses one file into ``target``; returns "done" or the reason it failed."""
+    """Preprocesses one file into ``target``.
+
+    Returns ``(status, points read, points written)``: status is "done" or the reason it failed; a file
+    that fails after it was read still counts its points as read.
+    """
     import torch
 
     import pcgeom
-    from pcgeom.io import read_ply, write_ply
+    from pcgeom.io import write_ply
     from pcgeom.io.output import write_atomic
 
     if target.exists() and not args.overwrite:
-        return f"output exists: {target} (pass --overwrite to replace)"
+        return f"output exists: {target} (pass --overwrite to replace)", 0, 0
+    n_read = 0
     try:
-        cloud = read_ply(src, dtype=torch.float64 if args.float64 else torch.float32)
-        pts = cloud.points
+        types, cloud = read_typed(src)
+        n_read = len(cloud.points)
+        compute = torch.float64 if args.float64 else torch.float32
+        pts = cloud.points.to(compute)  # what is computed on; cloud.points keeps the stored values
         if not torch.isfinite(pts).all():
             raise ValueError(f"{int((~torch.isfinite(pts).all(1)).sum())} points have NaN or infinite coordinates")
         if len(pts) == 0:
@@ -96,18 +106,23 @@ def _preprocess_one(src, target, args, device):
             m = pcgeom.remove_radius_outliers(p, r, n_min)
             keep, p = keep[m.cpu()], p[m]
         normals = None if cloud.normals is None else cloud.normals[keep]
+        props = {name: v[keep] for name, v in cloud.properties.items()}
+        out_types = dict(types)
         if args.normals is not None:
             if len(p) == 0:
                 raise ValueError("no points left for --normals after outlier removal")
             normals = pcgeom.estimate_normals(p, args.normals, viewpoint=args.viewpoint).normals.cpu()
+            for c in ("nx", "ny", "nz"):  # replaced by the new normals, written at the computation's precision
+                out_types.pop(c, None)
+                props.pop(c, None)
         colors = None if cloud.colors is None else cloud.colors[keep]
-        props = {name: v[keep] for name, v in cloud.properties.items()}
         target.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(target, lambda tmp: write_ply(tmp, pts[keep], colors=colors, normals=normals, properties=props),
+        write_atomic(target, lambda tmp: write_ply(tmp, cloud.points[keep], colors=colors, normals=normals,
+                                                   properties=props, types=out_types),
                      overwrite=args.overwrite)
-        return "done", len(pts), len(keep)
+        return "done", n_read, len(keep)
     except Exception as exc:  # one bad file (even one too large for memory) is reported; the run goes on
-        return failure(exc, src)
+        return failure(exc, src), n_read, 0
 
 
 def run(args) -> int:
@@ -144,17 +159,17 @@ def run(args) -> int:
         except ValueError as exc:
             failures.append((str(src), str(exc).removeprefix("pcgeom preprocess: ")))
             continue
-        status = _preprocess_one(src, target, args, device)
-        if isinstance(status, tuple):
+        status, n_read, n_written = _preprocess_one(src, target, args, device)
+        n_in += n_read
+        n_out += n_written
+        if status == "done":
             done += 1
-            n_in += status[1]
-            n_out += status[2]
         else:
             failures.append((str(src), status))
     steps = [name for name, v in (("voxel", args.voxel), ("statistical", args.remove_statistical),
                                   ("radius", args.remove_radius), ("normals", args.normals)) if v is not None]
     print(f"pcgeom preprocess: {done} of {len(files)} file{'s' if len(files) != 1 else ''} written into {out} "
-          f"({' + '.join(steps)}; {n_in:,} points in, {n_out:,} kept; {backend_line(device)})")
+          f"({' + '.join(steps)}; {n_in:,} points read, {n_out:,} written; {backend_line(device)})")
     if failures:
         print(f"pcgeom preprocess: {len(failures)} failed:", file=sys.stderr)
         for name, why in failures:

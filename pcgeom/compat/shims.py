@@ -49,7 +49,8 @@ SHIMS: dict[str, str] = {
 PTH_NAME = "pcgeom-shims.pth"
 HOOK_NAME = "_pcgeom_shim_hook"
 
-__all__ = ["SHIMS", "disable_shims", "enable_shims", "hook_status", "install_hook", "shim_status", "uninstall_hook"]
+__all__ = ["SHIMS", "disable_shims", "enable_shims", "hook_status", "install_hook", "is_start_up_site_dir",
+           "shim_status", "start_up_site_dirs", "uninstall_hook"]
 
 
 def _children(name: str) -> list[str]:
@@ -175,6 +176,40 @@ def site_dir_of(site_dir=None) -> pathlib.Path:
     return pathlib.Path(site_dir or sysconfig.get_paths()["purelib"])
 
 
+def start_up_site_dirs() -> list[pathlib.Path]:
+    """The folders whose ``.pth`` files this interpreter runs at start-up (where a hook takes effect).
+
+    ``site.getsitepackages()``, the user site folder when this interpreter reads it
+    (not under ``-s`` / ``-I`` / ``PYTHONNOUSERSITE``), and this environment's ``purelib`` / ``platlib``.
+    Folders on ``PYTHONPATH`` or ``sys.path`` alone are not among them: Python imports from them but
+    never runs their ``.pth`` files.
+    """
+    import site
+
+    dirs = list(getattr(site, "getsitepackages", lambda: [])())
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    paths = sysconfig.get_paths()
+    dirs += [paths["purelib"], paths["platlib"]]
+    return list(dict.fromkeys(pathlib.Path(d) for d in dirs))
+
+
+def is_start_up_site_dir(site_dir=None) -> bool:
+    """Whether this interpreter runs the ``.pth`` files of ``site_dir`` at start-up (:func:`start_up_site_dirs`).
+
+    A hook written anywhere else serves nothing to this interpreter; ``pcgeom compat enable --site-dir``
+    says so.
+
+    Example:
+        >>> import tempfile
+        >>> from pcgeom.compat import shims
+        >>> shims.is_start_up_site_dir(), shims.is_start_up_site_dir(tempfile.mkdtemp())
+        (True, False)
+    """
+    d = site_dir_of(site_dir).resolve()
+    return any(d == s.resolve() for s in start_up_site_dirs())
+
+
 def _pth_line() -> str:
     """The ``.pth`` line: names taken from :data:`SHIMS` now; nothing imported when PCGEOM_DISABLE_SHIMS is set.
 
@@ -235,7 +270,12 @@ def install_hook(site_dir=None) -> pathlib.Path:
 
 
 def uninstall_hook(site_dir=None) -> list[pathlib.Path]:
-    """Removes the start-up hook from ``site_dir``; returns the files removed."""
+    """Removes the start-up hook from ``site_dir``; returns the files removed.
+
+    Raises:
+        OSError: a hook file cannot be removed (a read-only site-packages); the ``.pth`` file goes
+            first, so the hook is either off or left whole.
+    """
     d = site_dir_of(site_dir)
     gone = []
     import importlib.util
@@ -248,7 +288,8 @@ def uninstall_hook(site_dir=None) -> list[pathlib.Path]:
 
 
 def hook_status(site_dir=None) -> dict:
-    """``{"installed": bool, "current": bool, "pth": path, "site_dir": path}``.
+    """``{"installed": bool, "current": bool, "pth": path, "site_dir": path, "disabled_by_env": bool,
+    "read_at_start_up": bool}`` (the last: :func:`is_start_up_site_dir`).
 
     ``current`` is False when the installed hook predates this pcgeom (other
     names or code): run ``pcgeom compat enable`` again.
@@ -258,7 +299,7 @@ def hook_status(site_dir=None) -> dict:
     installed = pth.exists() and hook.exists()
     current = installed and pth.read_text().endswith(_pth_line()) and hook.read_text() == _hook_source()
     return {"installed": installed, "current": bool(current), "pth": str(pth), "site_dir": str(d),
-            "disabled_by_env": _shim_hook.disabled_by_env()}
+            "disabled_by_env": _shim_hook.disabled_by_env(), "read_at_start_up": is_start_up_site_dir(d)}
 
 
 def _served_module_type() -> type:  # for isinstance checks in tests

@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-__all__ = ["PlyCloud", "PlyFormatError", "read_ply", "write_ply"]
+__all__ = ["PlyCloud", "PlyFormatError", "read_ply", "read_ply_types", "write_ply"]
 
 # PLY scalar type names (both spellings of the spec) -> numpy type (no byte order).
 _PLY_TYPES = {
@@ -550,6 +550,42 @@ def read_ply(path: str | os.PathLike, *, dtype: torch.dtype = torch.float32) -> 
     return PlyCloud(points, colors, normals, properties)
 
 
+def read_ply_types(path: str | os.PathLike) -> dict[str, str]:
+    """The PLY type of every scalar vertex property of a file, from its header alone.
+
+    :func:`read_ply` hands values over as tensors torch can hold (``ushort`` widens to int32,
+    ``uint`` to int64, coordinates and normals become ``dtype``); this says what the file stored,
+    so a writer can keep it: ``write_ply(..., types=read_ply_types(src))`` writes every column back
+    in its own type (``pcgeom preprocess`` and ``pcgeom group`` do).
+
+    Args:
+        path: the PLY file.
+
+    Returns:
+        ``{name: type}`` in header order for the vertex element's scalar properties (list
+        properties are left out, as :func:`read_ply` skips them), each type in the spec's first
+        spelling: ``char``, ``uchar``, ``short``, ``ushort``, ``int``, ``uint``, ``float`` or
+        ``double`` (a header's ``int8``, ``uint8``, ... ``float64`` are the same types).
+
+    Raises:
+        PlyFormatError: as :func:`read_ply`, for a header it would refuse.
+
+    Example:
+        >>> import torch, tempfile, os
+        >>> from pcgeom.io import read_ply_types, write_ply
+        >>> path = os.path.join(tempfile.mkdtemp(), "c.ply")
+        >>> _ = write_ply(path, torch.rand(4, 3), properties={"i": torch.arange(4, dtype=torch.int16)})
+        >>> read_ply_types(path)
+        {'x': 'float', 'y': 'float', 'z': 'float', 'i': 'short'}
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"read_ply_types: {path} is a folder, not a PLY file")
+    with open(path, "rb") as f:
+        vertex = _vertex_element(path, _parse_header(path, f))
+    return {p.name: _PLY_NAME_OF[p.type] for p in vertex.properties if p.list_len_type is None}
+
+
 def _np_code(dt: np.dtype) -> str:
     """The numpy type a torch tensor can hold for a stored PLY type (widening unsigned ints)."""
     code = dt.kind + str(dt.itemsize)
@@ -620,6 +656,53 @@ def _property_array(fn: str, name: str, value, n: int) -> tuple[np.ndarray, str]
     raise TypeError(f"{fn}: properties[{name!r}] must be a bool, integer or floating tensor, got {arr.dtype}")
 
 
+def _exact_cast(fn: str, name: str, arr: np.ndarray, code: str) -> np.ndarray:
+    """``arr`` as numpy type ``code``, refusing any value that type cannot hold exactly."""
+    if arr.dtype.kind == "b":
+        arr = arr.astype(np.uint8)
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(f"{fn}: {name} must be a bool, integer or floating tensor, got {arr.dtype}")
+    target = np.dtype(code)
+    with np.errstate(all="ignore"):
+        if target.kind in "iu":
+            info = np.iinfo(target)
+            if arr.dtype.kind == "f":
+                w = arr.astype(np.float64)
+                bad = ~(np.isfinite(w) & (w == np.trunc(w)) & (w >= info.min) & (w <= info.max))
+            else:
+                bad = (arr < info.min) | (arr > info.max)
+        elif arr.dtype.kind == "f":
+            bad = ~((arr.astype(target).astype(arr.dtype) == arr) | np.isnan(arr))
+        else:  # integers: exact in float64 up to 2**53, then compared there
+            w = arr.astype(np.float64)
+            bad = (np.abs(w) > 2.0**53) | (arr.astype(target).astype(np.float64) != w)
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise ValueError(f"{fn}: {name} cannot be stored exactly as PLY {_PLY_NAME_OF[code]}: row {row} holds "
+                         f"{arr[row].item()!r} ({int(bad.sum())} such values)")
+    return arr.astype(target, copy=False)
+
+
+def _check_types(fn: str, types, names: list[str], colors: bool) -> dict[str, str]:
+    """``types`` validated against the columns being written; values are numpy codes."""
+    if types is None:
+        return {}
+    if not isinstance(types, dict):
+        raise TypeError(f"{fn}: types must be a dict of column name -> PLY type name, got {type(types).__name__}")
+    out = {}
+    for name, t in types.items():
+        if name not in names:
+            raise ValueError(f"{fn}: types names {name!r}, which is not a column being written "
+                             f"(columns: {', '.join(names)})")
+        if t not in _PLY_TYPES:
+            raise ValueError(f"{fn}: types[{name!r}] must be a PLY scalar type ({', '.join(_PLY_TYPES)}), got {t!r}")
+        out[name] = _PLY_TYPES[t]
+    given = [c for c in _COLORS if c in out]
+    if colors and given and len(given) != 3:
+        raise ValueError(f"{fn}: types must name all of red, green, blue or none of them, got {', '.join(given)}")
+    return out
+
+
 def write_ply(
     path: str | os.PathLike,
     points,
@@ -627,6 +710,7 @@ def write_ply(
     normals=None,
     *,
     properties: dict | None = None,
+    types: dict[str, str] | None = None,
     binary: bool = True,
     overwrite: bool = False,
 ) -> Path:
@@ -648,6 +732,16 @@ def write_ply(
         properties: optional extra vertex properties, name -> ``(N,)`` tensor
             (bool -> ``uchar``; int8/16/32, uint8 -> same width; int64 must
             fit 32 bits; float16/32 -> ``float``; float64 -> ``double``).
+            A name is any PLY property name (printable ASCII without spaces)
+            other than a coordinate, normal or colour column written.
+        types: optional PLY type per column, name -> type name (``char``,
+            ``uchar``, ``short``, ``ushort``, ``int``, ``uint``, ``float``,
+            ``double`` or their ``int8`` ... ``float64`` spellings), for any of
+            ``x y z``, ``nx ny nz``, ``red green blue`` (all three or none) and
+            the properties; :func:`read_ply_types` gives a file's.  A named
+            column is stored as its values in that type, never scaled (so
+            ``ushort`` colours 0-65535 and ``float`` colours 0-255 stay as they
+            are), and a value the type cannot hold exactly raises ValueError.
         binary: binary little-endian (default) or ASCII.
         overwrite: replace an existing file.
 
@@ -679,16 +773,30 @@ def write_ply(
         nrm = _as_numpy(fn, "normals", normals, f"({n}, 3)", 2, n)
         code = _float_code(fn, "normals", nrm)
         columns += [(c, nrm[:, i], code) for i, c in enumerate(_NORMALS)]
+    names = list(_XYZ) + (list(_NORMALS) if normals is not None else []) + (list(_COLORS) if colors is not None else [])
+    names += [k for k in (properties or {}) if k not in names]
+    typed = _check_types(fn, types, names, colors is not None)
     if colors is not None:
-        rgb = _color_array(fn, colors, n)
-        columns += [(c, rgb[:, i], "u1") for i, c in enumerate(_COLORS)]
+        if _COLORS[0] in typed:  # stored as they are, in the named types
+            rgb = _as_numpy(fn, "colors", colors, f"({n}, 3)", 2, n)
+            columns += [(c, rgb[:, i], typed[c]) for i, c in enumerate(_COLORS)]
+        else:
+            rgb = _color_array(fn, colors, n)
+            columns += [(c, rgb[:, i], "u1") for i, c in enumerate(_COLORS)]
     for name, value in (properties or {}).items():
-        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise ValueError(f"{fn}: property names must be identifiers (letters, digits, _), got {name!r}")
+        # a PLY header line is split on whitespace: any other printable ASCII name reads back as written
+        if not isinstance(name, str) or not re.fullmatch(r"[!-~]+", name):
+            raise ValueError(f"{fn}: property names must be printable ASCII without spaces, got {name!r}")
         if any(name == c[0] for c in columns):
             raise ValueError(f"{fn}: property {name!r} clashes with a coordinate, normal or colour column")
-        arr, code = _property_array(fn, name, value, n)
-        columns.append((name, arr, code))
+        if name in typed:
+            arr = _as_numpy(fn, f"properties[{name!r}]", value, f"({n},)", 1, n)
+            columns.append((name, arr, typed[name]))
+        else:
+            arr, code = _property_array(fn, name, value, n)
+            columns.append((name, arr, code))
+    columns = [(name, _exact_cast(fn, name, arr, typed[name]) if name in typed else arr, typed.get(name, code))
+               for name, arr, code in columns]
     if not isinstance(binary, bool) or not isinstance(overwrite, bool):
         raise TypeError(f"{fn}: binary and overwrite must be bool, got {binary!r} and {overwrite!r}")
 
