@@ -5,8 +5,11 @@ real torch ops: native CPU/CUDA kernels built at install time on the LibTorch
 stable ABI, or the pure-torch reference path with identical answers when the
 kernels are absent.  ``pcgeom.backend_info()`` / ``pcgeom doctor`` say which.
 PointNet++'s feature ops (``group_features``, ``fill_missing``,
-``interpolate_features``) build on them; ``pcgeom.compat`` serves stand-ins for
-``knn_cuda``, ``pointnet2_ops`` and ``chamfer`` (``pcgeom compat enable``).
+``interpolate_features``) build on them; ``pcgeom.compat`` serves opt-in stand-ins
+(``pcgeom compat enable``) for the extensions point-cloud code imports: KNN_CUDA,
+pointnet2_ops, chamfer, simple_knn, torch_cluster, torch_scatter, pyg_lib,
+Pointcept's pointops / pointops_cuda and pytorch3d's point ops;
+``pcgeom.compat.shims.SHIMS`` lists every served name.
 """
 
 from pcgeom._backend import backend_info
