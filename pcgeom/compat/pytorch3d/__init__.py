@@ -11,28 +11,15 @@ Upstream's semantics, padding and error messages, on pcgeom's kernels; see
 
 Everything else of pytorch3d -- meshes, rendering, I/O, implicitron -- is **not
 served, and says so**: importing such a name raises an :class:`ImportError`
-naming it (:func:`not_served_error`), never a half-working module.
+naming it (:func:`not_served_error`), never a half-working module; the
+refused module names are ``pcgeom.compat.shims.NOT_SERVED``.
 """
 
 from __future__ import annotations
 
 __version__ = "0.7.9"
 
-__all__ = ["NOT_SERVED_MODULES", "__version__", "not_served_error"]
-
-# Upstream modules outside the point ops: importing one through the shims raises not_served_error(name).
-NOT_SERVED_MODULES = (
-    "pytorch3d.common", "pytorch3d.datasets", "pytorch3d.implicitron", "pytorch3d.io", "pytorch3d.renderer",
-    "pytorch3d.utils", "pytorch3d.vis",
-    "pytorch3d.structures.meshes", "pytorch3d.structures.volumes",
-    "pytorch3d.loss.mesh_edge_loss", "pytorch3d.loss.mesh_laplacian_smoothing",
-    "pytorch3d.loss.mesh_normal_consistency", "pytorch3d.loss.point_mesh_distance",
-    "pytorch3d.ops.cameras_alignment", "pytorch3d.ops.cubify", "pytorch3d.ops.graph_conv",
-    "pytorch3d.ops.interp_face_attrs", "pytorch3d.ops.iou_box3d", "pytorch3d.ops.laplacian_matrices",
-    "pytorch3d.ops.marching_cubes", "pytorch3d.ops.mesh_face_areas_normals", "pytorch3d.ops.mesh_filtering",
-    "pytorch3d.ops.packed_to_padded", "pytorch3d.ops.perspective_n_points", "pytorch3d.ops.points_to_volumes",
-    "pytorch3d.ops.sample_points_from_meshes", "pytorch3d.ops.subdivide_meshes", "pytorch3d.ops.vert_align",
-)
+__all__ = ["__version__", "not_served_error"]
 
 
 def not_served_error(name: str, module: str | None = None) -> ImportError:

@@ -8,10 +8,11 @@ only (:func:`pcgeom.compat.pytorch3d.not_served_error`).
 from __future__ import annotations
 
 from pcgeom.compat.pytorch3d import not_served_error
-from pcgeom.compat.pytorch3d.ops import knn
+from pcgeom.compat.pytorch3d.ops.ball_query import ball_query
 from pcgeom.compat.pytorch3d.ops.knn import knn_gather, knn_points
+from pcgeom.compat.pytorch3d.ops.sample_farthest_points import sample_farthest_points
 
-__all__ = ["knn", "knn_gather", "knn_points"]
+__all__ = ["ball_query", "knn_gather", "knn_points", "sample_farthest_points"]
 
 # pytorch3d.ops' other public names (v0.7.9): mesh, camera and volume ops, not served.
 NOT_SERVED = frozenset({

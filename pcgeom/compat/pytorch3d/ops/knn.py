@@ -32,7 +32,9 @@ from pcgeom.ops import knn_gather as _pc_knn_gather
 
 __all__ = ["_KNN", "knn_gather", "knn_points"]
 
-_KNN = namedtuple("KNN", "dists idx knn")
+KNN = namedtuple("KNN", "dists idx knn")
+# upstream's name for it: its ball_query and its tests import the underscored one
+_KNN = KNN
 
 # Elements of one (B, rows, P2) block of the L1 search: 4M floats, 16 MB in float32.
 _L1_BLOCK = 1 << 22
