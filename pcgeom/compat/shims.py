@@ -53,10 +53,15 @@ SHIMS: dict[str, str] = {
     "pytorch3d.ops.knn": "pcgeom.compat.pytorch3d.ops.knn",
     "pytorch3d.ops.ball_query": "pcgeom.compat.pytorch3d.ops.ball_query",
     "pytorch3d.ops.sample_farthest_points": "pcgeom.compat.pytorch3d.ops.sample_farthest_points",
+    "pytorch3d.ops.points_normals": "pcgeom.compat.pytorch3d.ops.points_normals",
+    "pytorch3d.ops.points_alignment": "pcgeom.compat.pytorch3d.ops.points_alignment",
+    "pytorch3d.ops.utils": "pcgeom.compat.pytorch3d.ops.utils",
     "pytorch3d.loss": "pcgeom.compat.pytorch3d.loss",
     "pytorch3d.loss.chamfer": "pcgeom.compat.pytorch3d.loss.chamfer",
     "pytorch3d.structures": "pcgeom.compat.pytorch3d.structures",
     "pytorch3d.structures.pointclouds": "pcgeom.compat.pytorch3d.structures.pointclouds",
+    "pytorch3d.transforms": "pcgeom.compat.pytorch3d.transforms",
+    "pytorch3d.transforms.rotation_conversions": "pcgeom.compat.pytorch3d.transforms.rotation_conversions",
 }
 
 # Upstream module name -> the stand-in package whose ``not_served_error(name)`` says why it is left out.
@@ -106,7 +111,10 @@ class _ShimLoader:
             importlib.import_module(child)
         public = getattr(target, "__all__", None) or [n for n in vars(target) if not n.startswith("_")]
         for attr in public:
-            setattr(module, attr, getattr(target, attr))
+            value = getattr(target, attr)
+            if isinstance(value, types.ModuleType) and f"{name}.{attr}" in SHIMS:
+                continue  # the served child module, not pcgeom's, as sys.modules has it
+            setattr(module, attr, value)
         if hasattr(target, "__version__"):
             module.__version__ = target.__version__
         module.__doc__ = target.__doc__

@@ -10,9 +10,32 @@ from __future__ import annotations
 from pcgeom.compat.pytorch3d import not_served_error
 from pcgeom.compat.pytorch3d.ops.ball_query import ball_query
 from pcgeom.compat.pytorch3d.ops.knn import knn_gather, knn_points
+from pcgeom.compat.pytorch3d.ops.points_alignment import (
+    ICPSolution,
+    SimilarityTransform,
+    corresponding_points_alignment,
+    iterative_closest_point,
+)
+from pcgeom.compat.pytorch3d.ops.points_normals import (
+    estimate_pointcloud_local_coord_frames,
+    estimate_pointcloud_normals,
+)
 from pcgeom.compat.pytorch3d.ops.sample_farthest_points import sample_farthest_points
+from pcgeom.compat.pytorch3d.ops.utils import (
+    convert_pointclouds_to_tensor,
+    eyes,
+    get_point_covariances,
+    is_pointclouds,
+    masked_gather,
+    wmean,
+)
 
-__all__ = ["ball_query", "knn_gather", "knn_points", "sample_farthest_points"]
+__all__ = [
+    "ICPSolution", "SimilarityTransform", "corresponding_points_alignment", "iterative_closest_point",
+    "ball_query", "convert_pointclouds_to_tensor", "estimate_pointcloud_local_coord_frames",
+    "estimate_pointcloud_normals", "eyes", "get_point_covariances", "is_pointclouds", "knn_gather", "knn_points",
+    "masked_gather", "sample_farthest_points", "wmean",
+]
 
 # pytorch3d.ops' other public names (v0.7.9): mesh, camera and volume ops, not served.
 NOT_SERVED = frozenset({
