@@ -6,6 +6,13 @@
   pytorch3d wins, as always: then these tests run against it.
 * ``common_testing.get_random_cuda_device()`` answers ``"cpu"``: most tests ask
   for ``cuda:0`` through it, and the stand-in is the same code on every device.
+* ``test_points_normals.py`` and ``test_points_alignment.py`` write
+  ``torch.device("cuda:0")`` literally instead of asking
+  ``get_random_cuda_device()``.  For those two modules only, an autouse fixture
+  rebinds the module's global ``torch`` (``monkeypatch``, undone after each
+  test) to ``_TORCH_ON_CPU``: torch itself, except that ``device()`` answers
+  the CPU for a CUDA device.  Nothing else changes, not even for the stand-in
+  code those tests call, and ``torch.device`` itself is left alone.
 * Three module-level imports of the files name mesh / I/O functions the stand-in
   refuses (``sample_points_from_meshes``, ``pytorch3d.utils.ico_sphere``,
   ``pytorch3d.io.load_obj``).  For this session only they resolve to functions
@@ -18,6 +25,7 @@ import sys
 import types
 
 import pytest
+import torch
 
 from pcgeom.compat import _shim_hook, shims
 
@@ -39,9 +47,42 @@ EXCLUDED = {
         "it on CUDA only, "
         "whose generator draws other lengths. tests/test_compat_pytorch3d.py checks single_directional "
         "against a float64 brute force instead",
+    "test_points_alignment.py::TestICP::test_heterogeneous_inputs":
+        "seed-dependent on the device: it compares one batched ICP over padded Pointclouds with per-cloud "
+        "ICPs, which stop after different iteration counts (the convergence test is batch-wide, "
+        "relative_rmse.all()); on the CPU generator its seed draws clouds whose target has 4-5 points, where "
+        "the two then end in different minima (max |R diff| 0.94 on cloud 4 of estimate_scale=True, "
+        "max_n_points=100). Upstream's own Python of points_alignment.py (9381c40, unmodified) gives the "
+        "same 0.94 on the same inputs; upstream runs the test on CUDA only, whose generator draws other clouds",
     "test_sample_farthest_points.py::TestFPS::test_cuda_vs_cpu":
         "needs pytorch3d.io.load_obj and the cow mesh of pytorch3d's tutorials (not vendored)",
 }
+
+
+# vendored modules that write torch.device("cuda:0") instead of get_random_cuda_device()
+_CUDA_LITERAL_MODULES = {"test_points_normals", "test_points_alignment"}
+
+
+class _TorchOnCpu(types.ModuleType):
+    """``torch`` for the modules in ``_CUDA_LITERAL_MODULES``: every name is torch's, but ``device()`` maps cuda to cpu."""
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    @staticmethod
+    def device(*args, **kwargs):
+        dev = torch.device(*args, **kwargs)
+        return torch.device("cpu") if dev.type == "cuda" else dev
+
+
+_TORCH_ON_CPU = _TorchOnCpu("torch")
+
+
+@pytest.fixture(autouse=True)
+def _cuda_literal_on_cpu(request, monkeypatch):
+    module = request.module
+    if module.__name__.rsplit(".", 1)[-1] in _CUDA_LITERAL_MODULES:
+        monkeypatch.setattr(module, "torch", _TORCH_ON_CPU)
 
 
 def _needs_mesh(name):
