@@ -30,7 +30,11 @@ def test_registry_names_every_upstream_module():
     assert set(shims.SHIMS) == {"knn_cuda", "pointnet2_ops", "pointnet2_ops.pointnet2_utils",
                                 "pointnet2_ops.pointnet2_modules", "chamfer", "torch_cluster", "torch_scatter",
                                 "torch_scatter.composite", "simple_knn", "simple_knn._C", "pointops", "pointops_cuda",
-                                "pyg_lib", "pyg_lib.ops", "pyg_lib.sampler"}
+                                "pyg_lib", "pyg_lib.ops", "pyg_lib.sampler"} | {
+                                    n for n in shims.SHIMS if n.split(".")[0] == "pytorch3d"}
+    assert {n for n in shims.SHIMS if n.startswith("pytorch3d")} >= {
+        "pytorch3d", "pytorch3d.ops", "pytorch3d.ops.knn", "pytorch3d.loss", "pytorch3d.structures"}
+    assert not set(shims.SHIMS) & set(shims.NOT_SERVED)
     for target in shims.SHIMS.values():
         assert target.startswith("pcgeom.compat.")
 

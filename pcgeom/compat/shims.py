@@ -1,7 +1,10 @@
 """The opt-in that serves pcgeom's stand-ins under the upstream extensions' module names.
 
 ``SHIMS`` maps each served module name to the pcgeom module implementing it;
-adding a shim is one line here.  Two switches, both explicit and reversible:
+adding a shim is one line here.  ``NOT_SERVED`` names upstream modules that a
+stand-in deliberately leaves out (pytorch3d's renderer, I/O, meshes): importing
+one through the shims raises the stand-in's named :class:`ImportError` instead
+of "No module named ...".  Two switches, both explicit and reversible:
 
 * :func:`enable_shims` / :func:`disable_shims` -- the current process only;
 * ``pcgeom compat enable`` / ``disable`` / ``status`` -- the active Python
@@ -44,17 +47,51 @@ SHIMS: dict[str, str] = {
     "pyg_lib": "pcgeom.compat.pyg_lib",
     "pyg_lib.ops": "pcgeom.compat.pyg_lib.ops",
     "pyg_lib.sampler": "pcgeom.compat.pyg_lib.sampler",
+    # pytorch3d's point ops, laid out as upstream (its package __init__ files import these eagerly too)
+    "pytorch3d": "pcgeom.compat.pytorch3d",
+    "pytorch3d.ops": "pcgeom.compat.pytorch3d.ops",
+    "pytorch3d.ops.knn": "pcgeom.compat.pytorch3d.ops.knn",
+    "pytorch3d.ops.ball_query": "pcgeom.compat.pytorch3d.ops.ball_query",
+    "pytorch3d.ops.sample_farthest_points": "pcgeom.compat.pytorch3d.ops.sample_farthest_points",
+    "pytorch3d.ops.points_normals": "pcgeom.compat.pytorch3d.ops.points_normals",
+    "pytorch3d.ops.points_alignment": "pcgeom.compat.pytorch3d.ops.points_alignment",
+    "pytorch3d.ops.utils": "pcgeom.compat.pytorch3d.ops.utils",
+    "pytorch3d.loss": "pcgeom.compat.pytorch3d.loss",
+    "pytorch3d.loss.chamfer": "pcgeom.compat.pytorch3d.loss.chamfer",
+    "pytorch3d.structures": "pcgeom.compat.pytorch3d.structures",
+    "pytorch3d.structures.pointclouds": "pcgeom.compat.pytorch3d.structures.pointclouds",
+    "pytorch3d.transforms": "pcgeom.compat.pytorch3d.transforms",
+    "pytorch3d.transforms.rotation_conversions": "pcgeom.compat.pytorch3d.transforms.rotation_conversions",
 }
+
+# Upstream module name -> the stand-in package whose ``not_served_error(name)`` says why it is left out.
+NOT_SERVED: dict[str, str] = dict.fromkeys((
+    "pytorch3d.common", "pytorch3d.datasets", "pytorch3d.implicitron", "pytorch3d.io", "pytorch3d.renderer",
+    "pytorch3d.utils", "pytorch3d.vis", "pytorch3d.structures.meshes", "pytorch3d.structures.volumes",
+    "pytorch3d.structures.utils",
+    "pytorch3d.loss.mesh_edge_loss", "pytorch3d.loss.mesh_laplacian_smoothing",
+    "pytorch3d.loss.mesh_normal_consistency", "pytorch3d.loss.point_mesh_distance",
+    "pytorch3d.ops.cameras_alignment", "pytorch3d.ops.cubify", "pytorch3d.ops.graph_conv",
+    "pytorch3d.ops.interp_face_attrs", "pytorch3d.ops.iou_box3d", "pytorch3d.ops.laplacian_matrices",
+    "pytorch3d.ops.marching_cubes", "pytorch3d.ops.mesh_face_areas_normals", "pytorch3d.ops.mesh_filtering",
+    "pytorch3d.ops.packed_to_padded", "pytorch3d.ops.perspective_n_points", "pytorch3d.ops.points_to_volumes",
+    "pytorch3d.ops.sample_points_from_meshes", "pytorch3d.ops.subdivide_meshes", "pytorch3d.ops.vert_align",
+), "pcgeom.compat.pytorch3d")
 
 PTH_NAME = "pcgeom-shims.pth"
 HOOK_NAME = "_pcgeom_shim_hook"
 
-__all__ = ["SHIMS", "disable_shims", "enable_shims", "hook_status", "install_hook", "is_start_up_site_dir",
-           "shim_status", "start_up_site_dirs", "uninstall_hook"]
+__all__ = ["NOT_SERVED", "SHIMS", "disable_shims", "enable_shims", "hook_status", "install_hook",
+           "is_start_up_site_dir", "shim_status", "start_up_site_dirs", "uninstall_hook"]
 
 
 def _children(name: str) -> list[str]:
     return [n for n in SHIMS if n.startswith(name + ".") and "." not in n[len(name) + 1 :]]
+
+
+def finder_names() -> tuple[str, ...]:
+    """Every name the shim finder answers for: the served ones and the refused ones."""
+    return tuple(sorted(set(SHIMS) | set(NOT_SERVED)))
 
 
 class _ShimLoader:
@@ -65,21 +102,31 @@ class _ShimLoader:
 
     def exec_module(self, module):
         name = module.__spec__.name
+        if name in NOT_SERVED:
+            raise importlib.import_module(NOT_SERVED[name]).not_served_error(name)
         target = importlib.import_module(SHIMS[name])
+        module.__pcgeom_shim__ = target.__name__  # marks it served, so the finder serves its children
+        # children first: importing one sets it as an attribute, which the package's own name must then
+        # override where they clash (pytorch3d.ops.ball_query is the function, as upstream's __init__ leaves it)
+        for child in _children(name):
+            importlib.import_module(child)
         public = getattr(target, "__all__", None) or [n for n in vars(target) if not n.startswith("_")]
         for attr in public:
-            setattr(module, attr, getattr(target, attr))
+            value = getattr(target, attr)
+            if isinstance(value, types.ModuleType) and f"{name}.{attr}" in SHIMS:
+                continue  # the served child module, not pcgeom's, as sys.modules has it
+            setattr(module, attr, value)
         if hasattr(target, "__version__"):
             module.__version__ = target.__version__
         module.__doc__ = target.__doc__
-        module.__pcgeom_shim__ = target.__name__
-        for child in _children(name):
-            importlib.import_module(child)  # the import system sets it as an attribute
+        if "__getattr__" in vars(target):  # a package that names what it does not serve (pytorch3d.ops)
+            module.__getattr__ = target.__getattr__
 
 
 def shim_spec(fullname: str, finder) -> importlib.machinery.ModuleSpec:
     is_pkg = bool(_children(fullname))
-    spec = importlib.machinery.ModuleSpec(fullname, _ShimLoader(), origin=f"pcgeom shim ({SHIMS[fullname]})", is_package=is_pkg)
+    target = SHIMS.get(fullname) or NOT_SERVED[fullname]
+    spec = importlib.machinery.ModuleSpec(fullname, _ShimLoader(), origin=f"pcgeom shim ({target})", is_package=is_pkg)
     if is_pkg:
         spec.submodule_search_locations = []
     return spec
@@ -102,7 +149,7 @@ def enable_shims() -> None:
         >>> from pointnet2_ops import pointnet2_utils   # pcgeom's stand-in, unless the real one is installed
         >>> pcgeom.compat.disable_shims()
     """
-    _shim_hook.install(SHIMS, origin="process")
+    _shim_hook.install(finder_names(), origin="process")
     importlib.invalidate_caches()
 
 
@@ -217,7 +264,7 @@ def _pth_line() -> str:
     and ``sys`` already loaded, so the check costs no import; otherwise only
     the hook module itself (which imports nothing new) is loaded.
     """
-    names = tuple(sorted(SHIMS))
+    names = finder_names()
     off = repr(_shim_hook.OFF_VALUES)
     return (f"import os, sys; os.environ.get('PCGEOM_DISABLE_SHIMS', '').strip().lower() in {off} "
             f"or __import__({HOOK_NAME!r}).install({names!r})\n")
