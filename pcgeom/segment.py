@@ -121,8 +121,47 @@ def _sorted_pass(x, key, counts, reduce, fill, is_sorted=None):
     if is_sorted is None:
         is_sorted = bool((key[1:] >= key[:-1]).all()) if M > 1 else True
     xs = x if is_sorted else x.index_select(0, torch.sort(key, stable=True)[1])
-    return torch.segment_reduce(xs, "prod" if reduce == "prod" else "sum", lengths=counts, axis=0,
-                                unsafe=True, initial=fill)
+    if reduce != "prod":
+        return ordered_segment_sum(xs, counts, 0)
+    return torch.segment_reduce(xs, "prod", lengths=counts, axis=0, unsafe=True, initial=fill)
+
+
+class _SegmentSum(torch.autograd.Function):
+    """``torch.segment_reduce(x, "sum")`` whose backward is a differentiable row gather.
+
+    torch's own backward of ``segment_reduce`` has no derivative (a second order raises
+    ``derivative for aten::_segment_reduce_backward is not implemented``); a segment sum is
+    linear, its adjoint is the gather of each segment's gradient to its rows, and the
+    gather's adjoint is this sum again, so every order exists.
+    """
+
+    @staticmethod
+    def forward(ctx, x, lengths, axis):
+        ctx.save_for_backward(lengths)
+        ctx.axis = axis
+        return _segment_sum_values(x, lengths, axis)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (lengths,) = ctx.saved_tensors
+        seg = torch.repeat_interleave(torch.arange(lengths.shape[0], device=lengths.device), lengths)
+        return grad.index_select(ctx.axis, seg), None, None
+
+
+def _segment_sum_values(x, lengths, axis):
+    lens = lengths.expand(list(x.shape[:axis]) + [lengths.shape[0]]).contiguous() if axis else lengths
+    return torch.segment_reduce(x, "sum", lengths=lens, axis=axis, unsafe=True, initial=0)
+
+
+def ordered_segment_sum(x: torch.Tensor, lengths: torch.Tensor, axis: int) -> torch.Tensor:
+    """Sums of the consecutive runs of ``lengths`` (1-d int64, summing to ``x.shape[axis]``) along ``axis``.
+
+    One sequential pass per output element in row order (``torch.segment_reduce``: the same
+    answer on every run and device); differentiable to any order.
+    """
+    if x.requires_grad and torch.is_grad_enabled():
+        return _SegmentSum.apply(x, lengths, axis)
+    return _segment_sum_values(x, lengths, axis)
 
 
 def extreme_values(x, key, S, reduce):

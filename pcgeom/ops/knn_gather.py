@@ -72,4 +72,19 @@ def _backward(ctx, grad):
     return torch.ops.pcgeom.knn_gather_backward(grad.contiguous(), idx, ctx.n), None
 
 
+def _backward_setup_context(ctx, inputs, output):
+    ctx.save_for_backward(inputs[1])
+
+
+def _backward_backward(ctx, grad):
+    # Gather and scatter-add over the same idx are adjoint: the backward of the
+    # backward is the forward, so every order of derivative exists.
+    (idx,) = ctx.saved_tensors
+    if grad is None or not ctx.needs_input_grad[0]:
+        return None, None, None
+    return torch.ops.pcgeom.knn_gather(grad.contiguous(), idx), None, None
+
+
 torch.library.register_autograd("pcgeom::knn_gather", _backward, setup_context=_setup_context)
+torch.library.register_autograd("pcgeom::knn_gather_backward", _backward_backward,
+                                setup_context=_backward_setup_context)
