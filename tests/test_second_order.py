@@ -125,7 +125,8 @@ def _estimate_normals(gen, s):
 
 def _mean_neighbor_dist2(gen, s):
     B, N, k, D = s["B"], s["N"], s["k"], s["D"]
-    return (lambda p: pcgeom.mean_neighbor_dist2(p, k=k)), (_rand(gen, B, N, D),)
+    # a one-point cloud has no neighbour: a non-finite mean, left out
+    return (lambda p: _finite(pcgeom.mean_neighbor_dist2(p, k=k))), (_rand(gen, B, N, D),)
 
 
 def _edge_features(gen, s):
@@ -207,7 +208,7 @@ def _pointops(gen, s):
 
 
 def _torch_scatter(gen, s):
-    N, C = max(s["N"], 2), s["C"]
+    N, C = max(s["N"], 3), s["C"]
     G = N // 2  # every group has >= 2 rows: a one-row std is sqrt(0), not differentiable
     index = torch.randperm(N, generator=gen) % G
     indptr = torch.tensor([0, N // 3, N // 3, N])
@@ -352,6 +353,20 @@ def test_gradient_penalty_reaches_the_weights(name):
     assert rW.abs().max() > 1e-3  # the penalty really depends on W
     torch.testing.assert_close(gW, rW, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(gx, rx, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("call", ["group_reduce", "segment_reduce", "torch_scatter"])
+def test_product_second_order_is_refused_by_name(call):
+    gen = torch.Generator().manual_seed(6)
+    x = _rand(gen, 6, 2)
+    key = torch.tensor([0, 1, 0, 1, 2, 2])
+    fn = {"group_reduce": lambda x: pcgeom.group_reduce(x, key, 3, "prod"),
+          "segment_reduce": lambda x: pcgeom.segment_reduce(x, torch.tensor([2, 2, 6]), "prod"),
+          "torch_scatter": lambda x: torch_scatter.scatter_mul(x, key, 0, dim_size=3)}[call]
+    assert gradcheck(fn, (x,))  # the first order is there
+    (g,) = torch.autograd.grad((fn(x) * x[:3]).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match=r"reduce='prod' .* has no second-order gradient"):
+        g.sum().backward()
 
 
 def test_backward_ops_pass_opcheck():
