@@ -186,6 +186,15 @@ def _add_s(gen, s):
         (R.clone().requires_grad_(), _rand(gen, B, 3), _rand(gen, B, N, 3))
 
 
+def _pose_loss(gen, s):
+    B, P, Nm = s["B"], s["M"], s["N"]
+    target, model, pts = (torch.rand(B, Nm, 3, generator=gen, dtype=F64), torch.rand(B, Nm, 3, generator=gen, dtype=F64),
+                          torch.rand(B, P, 3, generator=gen, dtype=F64))
+    sym = torch.arange(B) % 2 == 0  # one symmetric sample (nearest-point matching), one ordinary
+    return (lambda r, t, c: pcgeom.losses.pose_loss(r, t, c, target, model, pts, 0.015, symmetric=sym).loss), \
+        (_rand(gen, B, P, 4), _rand(gen, B, P, 3), (0.5 + 0.5 * torch.rand(B, P, generator=gen, dtype=F64)).requires_grad_())
+
+
 def _pointnet2_ops(gen, s):
     B, N, M, k, C = s["B"], s["N"], s["M"], s["k"], s["C"]
     gi = torch.randint(0, N, (B, M, k), generator=gen, dtype=torch.int32)
@@ -249,7 +258,7 @@ CASES = {
     "mean_neighbor_dist2": _mean_neighbor_dist2, "edge_features": _edge_features, "group_patches": _group_patches,
     "group_reduce_sum": _group_reduce("sum"), "group_reduce_max": _group_reduce("max"),
     "segment_reduce": _segment_reduce, "group_gather": _group_gather, "group_packed": _group_packed,
-    "interpolate_packed": _interpolate_packed, "aggregate_neighbors": _aggregate_neighbors, "metrics_add_s": _add_s,
+    "interpolate_packed": _interpolate_packed, "aggregate_neighbors": _aggregate_neighbors, "metrics_add_s": _add_s, "losses_pose_loss": _pose_loss,
     "compat_pointnet2_ops": _pointnet2_ops, "compat_pointops": _pointops, "compat_torch_scatter": _torch_scatter,
     "compat_chamfer_ext": _chamfer_ext,
 }

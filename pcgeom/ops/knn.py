@@ -50,7 +50,9 @@ def knn(query, points, k, *, query_lengths=None, points_lengths=None,
         beyond ``query_lengths[b]`` hold ``idx = -1``, ``dist2 = +inf``.
 
     Differentiable with respect to ``query`` and ``points`` through ``dist2``;
-    padded slots get zero gradient.  Memory is bounded: no ``M x N`` distance
+    padded slots get zero gradient.  Differentiable to any order: the backward
+    op has autograd of its own, so gradient penalties and Hessian-vector
+    products (``create_graph=True``) reach every input.  Memory is bounded: no ``M x N`` distance
     matrix is ever allocated.
 
     Raises:

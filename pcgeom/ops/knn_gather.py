@@ -17,7 +17,8 @@ def knn_gather(x, idx) -> torch.Tensor:
 
     Returns:
         ``(B, M, k, C)`` tensor in the dtype of ``x``; differentiable w.r.t. ``x``
-        (gradients of ``-1`` slots are dropped).
+        (gradients of ``-1`` slots are dropped), to any order (the backward, a
+        scatter-add, has the gather as its own backward).
 
     Raises:
         TypeError, ValueError: bad shapes, dtypes, devices, or (eager mode) an

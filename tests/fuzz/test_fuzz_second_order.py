@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-@fuzz(weight=0.05, B=st.integers(1, 2), N=st.integers(1, 6), M=st.integers(1, 4), k=st.integers(1, 5),
+@fuzz(weight=0.01, B=st.integers(1, 2), N=st.integers(1, 6), M=st.integers(1, 4), k=st.integers(1, 5),
       D=st.integers(1, 3), C=st.integers(1, 2), seed=st.integers(0, 2**31))
 def test_second_order_gradients(name, B, N, M, k, D, C, seed):
     if name.startswith("compat_pointnet2") or name in ("compat_chamfer_ext", "metrics_add_s", "pca_normals",
