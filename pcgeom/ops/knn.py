@@ -7,6 +7,7 @@ from typing import NamedTuple
 import torch
 
 from pcgeom import _validation as V
+from pcgeom.ops.knn_gather import call_first_order
 from pcgeom.ops.packed import packed_knn
 
 
@@ -110,7 +111,7 @@ def _knn_backward(ctx, grad_dist2, grad_idx):
     n_extra = len(ctx.needs_input_grad) - 2
     if grad_dist2 is None:
         return (None, None) + (None,) * n_extra
-    gq, gp = torch.ops.pcgeom.knn_backward(grad_dist2.contiguous(), query, points, idx)
+    gq, gp = call_first_order(torch.ops.pcgeom.knn_backward.default, grad_dist2.contiguous(), query, points, idx)
     return (
         gq if ctx.needs_input_grad[0] else None,
         gp if ctx.needs_input_grad[1] else None,
