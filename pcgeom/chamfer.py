@@ -65,7 +65,8 @@ def chamfer_distance(x, y, *, x_lengths=None, y_lengths=None, kind="l2", reducti
         ``x``.  Squared distances are computed in float32 (float64 for
         float64 input); means and sums add them in float64, in index order,
         and round once (an exported model returns the same bits).
-        Differentiable with respect to ``x`` and ``y``; for ``kind="l1"`` the
+        Differentiable with respect to ``x`` and ``y``, to any order
+        (``create_graph=True`` gradient penalties work); for ``kind="l1"`` the
         gradient of a point lying exactly on its nearest neighbour is 0
         (not the NaN that ``sqrt`` at 0 produces in the original extensions).
 

@@ -85,7 +85,7 @@ def group_features(points, centers, idx, features=None, *, use_points=True) -> t
     Returns:
         ``(B, S, k, D + C)`` (or ``(B, S, k, D)`` / ``(B, S, k, C)``) tensor in
         the dtype of ``points``; differentiable w.r.t. ``points``, ``centers``
-        and ``features``.
+        and ``features``, to any order.
 
     Raises:
         ValueError: shapes that do not fit ``(B, N, D)`` / ``(B, S, D)`` / ``(B, S, k)`` / ``(B, N, C)``;
@@ -162,7 +162,7 @@ def interpolate_features(query, points, features, k=3, *, eps=1e-8, points_lengt
     Returns:
         ``(B, M, C)`` tensor in the dtype of ``features``, differentiable
         w.r.t. ``features``, ``query`` and ``points`` (through the weights; an
-        exact hit has gradient 0 there, not NaN).
+        exact hit has gradient 0 there, not NaN); second and higher orders too.
 
     Raises:
         ValueError: shapes that do not fit, ``k < 1``, ``eps <= 0``, or bad ``points_lengths``.

@@ -121,8 +121,88 @@ def _sorted_pass(x, key, counts, reduce, fill, is_sorted=None):
     if is_sorted is None:
         is_sorted = bool((key[1:] >= key[:-1]).all()) if M > 1 else True
     xs = x if is_sorted else x.index_select(0, torch.sort(key, stable=True)[1])
-    return torch.segment_reduce(xs, "prod" if reduce == "prod" else "sum", lengths=counts, axis=0,
-                                unsafe=True, initial=fill)
+    if reduce != "prod":
+        return ordered_segment_sum(xs, counts, 0)
+    if xs.requires_grad and torch.is_grad_enabled():
+        return _SegmentProd.apply(xs, counts)
+    return torch.segment_reduce(xs, "prod", lengths=counts, axis=0, unsafe=True, initial=fill)
+
+
+class _SegmentProd(torch.autograd.Function):
+    """The segment product with torch's first-order gradient and a named refusal of the second.
+
+    torch's backward of ``segment_reduce(..., "prod")`` (zeros included) has no derivative;
+    under ``create_graph=True`` the gradient is returned through :class:`_NoSecondOrder`, so
+    differentiating it raises an error naming the function instead of torch's internal op.
+    """
+
+    @staticmethod
+    def forward(ctx, x, counts):
+        out = torch.segment_reduce(x, "prod", lengths=counts, axis=0, unsafe=True, initial=1)
+        ctx.save_for_backward(x, counts, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, counts, out = ctx.saved_tensors
+        with torch.no_grad():
+            g = torch.ops.aten._segment_reduce_backward(grad, out, x, "prod", lengths=counts, axis=0, initial=1)
+        if torch.is_grad_enabled():
+            g = _NoSecondOrder.apply(g, grad, x)
+        return g, None
+
+
+class _NoSecondOrder(torch.autograd.Function):
+    """Identity on a first-order gradient ``g`` (of ``grad`` and ``x``) whose own backward raises."""
+
+    @staticmethod
+    def forward(ctx, g, grad, x):
+        return g.clone()
+
+    @staticmethod
+    def backward(ctx, gg):
+        raise RuntimeError(
+            "reduce='prod' (pcgeom.group_reduce / segment_reduce, torch_scatter's scatter_mul): a floating product "
+            "has no second-order gradient (torch.segment_reduce's product backward has no derivative); reduce "
+            "logarithms with 'sum' instead, or keep the product out of the differentiated gradient")
+
+
+class _SegmentSum(torch.autograd.Function):
+    """``torch.segment_reduce(x, "sum")`` whose backward is a differentiable row gather.
+
+    torch's own backward of ``segment_reduce`` has no derivative (a second order raises
+    ``derivative for aten::_segment_reduce_backward is not implemented``); a segment sum is
+    linear, its adjoint is the gather of each segment's gradient to its rows, and the
+    gather's adjoint is this sum again, so every order exists.
+    """
+
+    @staticmethod
+    def forward(ctx, x, lengths, axis):
+        ctx.save_for_backward(lengths)
+        ctx.axis = axis
+        return _segment_sum_values(x, lengths, axis)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (lengths,) = ctx.saved_tensors
+        seg = torch.repeat_interleave(torch.arange(lengths.shape[0], device=lengths.device), lengths)
+        return grad.index_select(ctx.axis, seg), None, None
+
+
+def _segment_sum_values(x, lengths, axis):
+    lens = lengths.expand(list(x.shape[:axis]) + [lengths.shape[0]]).contiguous() if axis else lengths
+    return torch.segment_reduce(x, "sum", lengths=lens, axis=axis, unsafe=True, initial=0)
+
+
+def ordered_segment_sum(x: torch.Tensor, lengths: torch.Tensor, axis: int) -> torch.Tensor:
+    """Sums of the consecutive runs of ``lengths`` (1-d int64, summing to ``x.shape[axis]``) along ``axis``.
+
+    One sequential pass per output element in row order (``torch.segment_reduce``: the same
+    answer on every run and device); differentiable to any order.
+    """
+    if x.requires_grad and torch.is_grad_enabled():
+        return _SegmentSum.apply(x, lengths, axis)
+    return _segment_sum_values(x, lengths, axis)
 
 
 def extreme_values(x, key, S, reduce):
@@ -204,7 +284,9 @@ def group_reduce(src: torch.Tensor, index: torch.Tensor, num_groups: Optional[in
         With ``return_arg``: ``(values, arg)``, ``arg`` int64 of the same shape,
         the **lowest** position attaining the extreme (NaN counts as equal to
         NaN), ``N`` for empty groups.  Differentiable w.r.t. ``src`` (floating);
-        ``"min"`` / ``"max"`` route the gradient to ``arg`` only.
+        ``"min"`` / ``"max"`` route the gradient to ``arg`` only.  Second-order
+        gradients (``create_graph=True``) exist for every reduction but floating
+        ``"prod"``, whose second order raises a RuntimeError naming it.
 
     Raises:
         TypeError: ``src`` / ``index`` of the wrong type or dtype.

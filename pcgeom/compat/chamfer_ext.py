@@ -97,7 +97,9 @@ def backward(xyz1, xyz2, idx1, idx2, grad_dist1, grad_dist2):
         grad_dist2: ``(B, M)`` the incoming gradient of ``dist2``.
 
     Returns:
-        ``(grad_xyz1 (B, N, 3), grad_xyz2 (B, M, 3))`` in the dtype of ``xyz1``, summed deterministically.
+        ``(grad_xyz1 (B, N, 3), grad_xyz2 (B, M, 3))`` in the dtype of ``xyz1``, summed deterministically;
+        differentiable (in grad mode, e.g. inside a ``create_graph=True`` backward) w.r.t. the points and
+        the incoming gradients, the indices held fixed, so second-order gradients flow.
 
     Raises:
         ValueError: shapes that do not fit, or indices outside their cloud.
@@ -133,7 +135,9 @@ def backward(xyz1, xyz2, idx1, idx2, grad_dist1, grad_dist2):
             raise ValueError(f"{fn}: {name} must have shape ({B}, {n}), got {V.shape_str(t)}")
         if not t.is_floating_point() or t.device != xyz1.device:
             raise TypeError(f"{fn}: {name} must be a floating tensor on {xyz1.device}, got {t.dtype} on {t.device}")
-    with torch.no_grad():
-        g1a, g1b = _grad(xyz1, xyz2, idx1, grad_dist1.to(xyz1.dtype))
-        g2b, g2a = _grad(xyz2, xyz1, idx2, grad_dist2.to(xyz1.dtype))
+    # No no_grad here: a first-order backward already runs with grad mode off, and under
+    # create_graph=True the gradients keep their graph, so a gradient penalty through the
+    # repositories' ChamferFunction gets its second order (the compiled kernel's is silently 0).
+    g1a, g1b = _grad(xyz1, xyz2, idx1, grad_dist1.to(xyz1.dtype))
+    g2b, g2a = _grad(xyz2, xyz1, idx2, grad_dist2.to(xyz1.dtype))
     return g1a + g2a, g1b + g2b

@@ -44,7 +44,8 @@ def ball_query(query, points, radius, k, *, query_lengths=None, points_lengths=N
 
     Returns:
         ``KNNResult(dist2 (B, M, k), idx (B, M, k) int64)``; differentiable
-        w.r.t. ``query`` and ``points`` through ``dist2``.
+        w.r.t. ``query`` and ``points`` through ``dist2``, to any order (the
+        backward is :func:`pcgeom.knn`'s).
 
     Raises:
         TypeError, ValueError: bad shapes, dtypes, devices, ``radius < 0``,

@@ -7,6 +7,7 @@ from typing import NamedTuple
 import torch
 
 from pcgeom import _validation as V
+from pcgeom.ops.knn_gather import call_first_order
 from pcgeom.ops.packed import packed_knn
 
 
@@ -50,7 +51,9 @@ def knn(query, points, k, *, query_lengths=None, points_lengths=None,
         beyond ``query_lengths[b]`` hold ``idx = -1``, ``dist2 = +inf``.
 
     Differentiable with respect to ``query`` and ``points`` through ``dist2``;
-    padded slots get zero gradient.  Memory is bounded: no ``M x N`` distance
+    padded slots get zero gradient.  Differentiable to any order: the backward
+    op has autograd of its own, so gradient penalties and Hessian-vector
+    products (``create_graph=True``) reach every input.  Memory is bounded: no ``M x N`` distance
     matrix is ever allocated.
 
     Raises:
@@ -108,13 +111,48 @@ def _knn_backward(ctx, grad_dist2, grad_idx):
     n_extra = len(ctx.needs_input_grad) - 2
     if grad_dist2 is None:
         return (None, None) + (None,) * n_extra
-    gq, gp = torch.ops.pcgeom.knn_backward(grad_dist2.contiguous(), query, points, idx)
+    gq, gp = call_first_order(torch.ops.pcgeom.knn_backward.default, grad_dist2.contiguous(), query, points, idx)
     return (
         gq if ctx.needs_input_grad[0] else None,
         gp if ctx.needs_input_grad[1] else None,
     ) + (None,) * n_extra
 
 
+def _knn_backward_setup_context(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)  # grad_dist2, query, points, idx
+
+
+def _knn_backward_backward(ctx, grad_gq, grad_gp):
+    """Double backward: ``knn_backward`` is bilinear in ``grad_dist2`` and the differences.
+
+    With ``g = grad_dist2`` and ``(a, b)`` the incoming gradients of ``(gq, gp)``, the
+    scalar the chain rule differentiates is
+    ``L = sum_{m,j valid} 2 g[m,j] (q[m] - p[idx]) . (a[m] - b[idx])``, so
+    ``dL/dq, dL/dp = knn_backward(g, a, b, idx)`` (the same form with ``(a, b)`` in
+    place of the points) and ``dL/dg = 2 (q[m] - p[idx]) . (a[m] - b[idx])``.  Both
+    are written with pcgeom ops that have autograd themselves (``knn_backward``,
+    ``knn_gather``), so every higher order works too.
+    """
+    grad_dist2, query, points, idx = ctx.saved_tensors
+    if grad_gq is None and grad_gp is None:
+        return None, None, None, None
+    a = torch.zeros_like(query) if grad_gq is None else grad_gq.contiguous()
+    b = torch.zeros_like(points) if grad_gp is None else grad_gp.contiguous()
+    dg = dq = dp = None
+    if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+        dq, dp = torch.ops.pcgeom.knn_backward(grad_dist2, a, b, idx)
+    if ctx.needs_input_grad[0]:
+        acc = V.acc_dtype(query.dtype)
+        diff = query.to(acc).unsqueeze(2) - torch.ops.pcgeom.knn_gather(points.to(acc), idx)
+        dir_ = a.to(acc).unsqueeze(2) - torch.ops.pcgeom.knn_gather(b.to(acc), idx)
+        dg = torch.where(idx >= 0, 2 * (diff * dir_).sum(-1), 0).to(grad_dist2.dtype)
+    return (dg, dq if ctx.needs_input_grad[1] else None, dp if ctx.needs_input_grad[2] else None, None)
+
+
 # ball_query shares the backward: its dist2 has the same definition.
 torch.library.register_autograd("pcgeom::knn", _knn_backward, setup_context=_knn_setup_context)
 torch.library.register_autograd("pcgeom::ball_query", _knn_backward, setup_context=_knn_setup_context)
+# The backward op has autograd of its own, so gradients of gradients (gradient penalties,
+# Hessian-vector products) flow instead of being dropped with a warning.
+torch.library.register_autograd("pcgeom::knn_backward", _knn_backward_backward,
+                                setup_context=_knn_backward_setup_context)

@@ -17,7 +17,8 @@ def knn_gather(x, idx) -> torch.Tensor:
 
     Returns:
         ``(B, M, k, C)`` tensor in the dtype of ``x``; differentiable w.r.t. ``x``
-        (gradients of ``-1`` slots are dropped).
+        (gradients of ``-1`` slots are dropped), to any order (the backward, a
+        scatter-add, has the gather as its own backward).
 
     Raises:
         TypeError, ValueError: bad shapes, dtypes, devices, or (eager mode) an
@@ -59,6 +60,21 @@ def _knn_gather_backward_fake(grad, idx, n):
     return grad.new_empty((grad.shape[0], n, grad.shape[3]))
 
 
+def call_first_order(op, *args):
+    """Calls a backward op from a backward formula.
+
+    In a first-order backward (grad mode off) the op's own autograd layer, a Python
+    wrapper, would only redispatch to the kernel: call below it, as that wrapper does,
+    so first-order gradients cost what they did before the backward ops had autograd.
+    Under ``create_graph=True`` (grad mode on) or while compiling, the op goes through
+    its autograd, so its result is differentiable.
+    """
+    if torch.is_grad_enabled() or torch.compiler.is_compiling():
+        return op(*args)
+    with torch._C._AutoDispatchBelowAutograd():
+        return op(*args)
+
+
 def _setup_context(ctx, inputs, output):
     x, idx = inputs
     ctx.save_for_backward(idx)
@@ -69,7 +85,22 @@ def _backward(ctx, grad):
     (idx,) = ctx.saved_tensors
     if grad is None or not ctx.needs_input_grad[0]:
         return None, None
-    return torch.ops.pcgeom.knn_gather_backward(grad.contiguous(), idx, ctx.n), None
+    return call_first_order(torch.ops.pcgeom.knn_gather_backward.default, grad.contiguous(), idx, ctx.n), None
+
+
+def _backward_setup_context(ctx, inputs, output):
+    ctx.save_for_backward(inputs[1])
+
+
+def _backward_backward(ctx, grad):
+    # Gather and scatter-add over the same idx are adjoint: the backward of the
+    # backward is the forward, so every order of derivative exists.
+    (idx,) = ctx.saved_tensors
+    if grad is None or not ctx.needs_input_grad[0]:
+        return None, None, None
+    return torch.ops.pcgeom.knn_gather(grad.contiguous(), idx), None, None
 
 
 torch.library.register_autograd("pcgeom::knn_gather", _backward, setup_context=_setup_context)
+torch.library.register_autograd("pcgeom::knn_gather_backward", _backward_backward,
+                                setup_context=_backward_setup_context)

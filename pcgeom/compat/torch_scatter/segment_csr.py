@@ -97,8 +97,7 @@ def _segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str
         lengths = p[1:] - p[:-1]
         acc = _seg.HALF_ACC.get(src.dtype, src.dtype)
         body = src.narrow(dim, int(lo), int(hi - lo)) if (int(lo), int(hi)) != (0, E) else src
-        lens = lengths.expand(list(src.shape[:dim]) + [S]).contiguous() if dim else lengths
-        vals = torch.segment_reduce(body.to(acc), "sum", lengths=lens, axis=dim, unsafe=True, initial=0)
+        vals = _seg.ordered_segment_sum(body.to(acc), lengths, dim)
         if reduce == "mean":
             shape1 = [1] * src.dim()
             shape1[dim] = S
