@@ -5,6 +5,20 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
+
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config, items):
+    # Every test in this folder is a fuzz test, and fuzz tests are slow (pyproject's marker text):
+    # the fast lane (-m "not slow") leaves them all out, whichever decorator a file uses.
+    for item in items:
+        if HERE in pathlib.Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.fuzz)
 
 
 def pytest_terminal_summary(terminalreporter):
