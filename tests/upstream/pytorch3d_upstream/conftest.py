@@ -113,10 +113,10 @@ common_testing.get_random_cuda_device = lambda: "cpu"
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        key = item.nodeid.split("pytorch3d/", 1)[-1]
+        key = item.nodeid.split("pytorch3d_upstream/", 1)[-1]
         if key in EXCLUDED:
             item.add_marker(pytest.mark.skip(reason=EXCLUDED[key]))
-        if "/upstream/pytorch3d/" in item.nodeid or item.nodeid.startswith("upstream/pytorch3d/"):
+        if "/upstream/pytorch3d_upstream/" in item.nodeid or item.nodeid.startswith("upstream/pytorch3d_upstream/"):
             item.add_marker(pytest.mark.slow)
 
 
