@@ -496,33 +496,41 @@ def _ascii_runs(path, f, header: _Header, vertex: _Element, chunk: int):
     for at in range(0, vertex.count, chunk):
         m = min(chunk, vertex.count - at)
         raw = lines.take(m)
-        try:
-            text = raw.decode("ascii")
-        except UnicodeDecodeError as exc:
-            row = at + raw.count(b"\n", 0, exc.start)
-            raise _fail(path, f"malformed data at vertex row {row}: byte {raw[exc.start]:#04x} is not ASCII text") from None
-        if "\r" in text:
-            text = text.replace("\r\n", "\n")
         if _fixed_row(vertex):
-            yield at, _ascii_table(path, text, m, at, vertex, dtype)
+            yield at, _ascii_table(path, raw, m, at, vertex, dtype)
         else:
-            yield at, _ascii_list_rows(path, text.split("\n")[:m], at, vertex, dtype)
+            yield at, _ascii_list_rows(path, _ascii_lines(path, raw, m, at), at, vertex, dtype)
 
 
-def _ascii_table(path, text: str, m: int, at: int, vertex: _Element, dtype: np.dtype) -> np.ndarray:
-    """Vertex rows ``at`` .. ``at + m - 1`` (the ``m`` lines of ``text``) of fixed-size ASCII rows, parsed in one vectorised call."""
+def _ascii_lines(path, raw: bytes, m: int, at: int) -> list[str]:
+    """The ``m`` lines of ``raw`` (vertex rows from ``at``) as text; a byte that is not ASCII names its row."""
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError as exc:
+        row = at + raw.count(b"\n", 0, exc.start)
+        raise _fail(path, f"malformed data at vertex row {row}: byte {raw[exc.start]:#04x} is not ASCII text") from None
+    return text.replace("\r\n", "\n").split("\n")[:m]
+
+
+def _ascii_table(path, raw: bytes, m: int, at: int, vertex: _Element, dtype: np.dtype) -> np.ndarray:
+    """Vertex rows ``at`` .. ``at + m - 1`` (the ``m`` lines of ``raw``) of fixed-size ASCII rows, parsed in one vectorised call."""
     ncol = len(vertex.properties)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # numpy warns on a block of blank lines; the shape check says more
             # float64 parses every PLY scalar exactly: 32-bit integers, and the
             # float32 nearest to a decimal (9 digits are far from a rounding tie).
-            table = np.loadtxt(io.StringIO(text), dtype=np.float64, ndmin=2, comments=None)
+            # (loadtxt reads a text stream faster than a str held in a StringIO.)
+            text = io.TextIOWrapper(io.BytesIO(raw), encoding="ascii", errors="strict", newline=None)
+            table = np.loadtxt(text, dtype=np.float64, ndmin=2, comments=None)
         failure = None if table.shape == (m, ncol) else f"got {table.shape[0]} lines of {table.shape[1]} values"
+    except UnicodeDecodeError:
+        _ascii_lines(path, raw, m, at)  # raises, naming the row
+        raise
     except ValueError as exc:
         failure = str(exc).split("; use `usecols`")[0]  # numpy's advice is about its API, not the file
     if failure is not None:
-        raise _fail(path, _ascii_diagnosis(text.split("\n")[:m], at, vertex) or
+        raise _fail(path, _ascii_diagnosis(_ascii_lines(path, raw, m, at), at, vertex) or
                     f"malformed data in vertex rows {at} to {at + m - 1}: expected {m} lines of {ncol} values "
                     f"({' '.join(p.name for p in vertex.properties)}); {failure}")
     out = np.empty(m, dtype=dtype)
