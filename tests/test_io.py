@@ -251,7 +251,10 @@ def test_ascii_value_checks(tmp_path):
            b"property uchar red\nproperty uchar green\nproperty uchar blue\nend_header\n"
     _bad(tmp_path, head + b"0 0 0 1 2 3\n0 0 0 1 300 3\n", r"vertex row 1: property 'green' is uchar, got 300")
     _bad(tmp_path, head + b"0 0 0 1 2.5 3\n0 0 0 1 2 3\n", r"vertex row 0: property 'green' is uchar, got 2.5")
-    _bad(tmp_path, head + b"0 0 0 1 2 3 4\n0 0 0 1 2 3 4\n", "2 vertex lines of 6 values")
+    _bad(tmp_path, head + b"0 0 0 1 2 3 4\n0 0 0 1 2 3 4\n",
+         r"vertex row 0: 7 values where the header declares 6 \(x y z red green blue\)")
+    _bad(tmp_path, head + b"0 0 0 1 2 3\n0 0 0 1 2\n", r"vertex row 1: 5 values where the header declares 6")
+    _bad(tmp_path, head + b"0 0 0 1 2 3\n0 0 abc 1 2 3\n", r"vertex row 1: z is 'abc', not a number")
 
 
 @pytest.mark.parametrize("text", [True, False])

@@ -2,7 +2,9 @@
 
 Every case must end, within a per-case time limit and a bounded peak of
 Python/numpy memory, in a clean :class:`PlyFormatError` or a correct read
-(the vertices plyfile decodes from the same bytes, where plyfile can).  The
+(the vertices plyfile decodes from the same bytes, where plyfile can); the
+streamed reader ``iter_ply`` (chunks of 1 and 7 rows) must end each case the
+same way: a PlyFormatError too, or chunks that concatenate to read_ply's cloud.  The
 mutations are drawn from fixed seeds, so a failure names a reproducible case.
 """
 
@@ -23,9 +25,10 @@ import pytest
 
 pytestmark = pytest.mark.slow  # fuzz runs, in a subprocess with a time limit
 
-from pcgeom.io import PlyFormatError, read_ply
+from pcgeom.io import PlyFormatError, iter_ply, read_ply
 
 SCANS = sorted((Path(__file__).resolve().parents[1] / "pcgeom" / "data" / "scans").glob("*.ply"))
+STREAM_CHUNKS = (1, 7)  # iter_ply must end each case as read_ply does, chunk by chunk
 CASE_SECONDS = 2.0  # CPU seconds per case; a correct read of these ~2 KB files takes about a millisecond
 MEMORY_LIMIT = 1 << 30  # address space the reading child may add to what it holds after importing torch
 TYPES = ["char", "uchar", "short", "ushort", "int", "uint", "float", "double", "int8", "uint8", "int16",
@@ -156,6 +159,36 @@ def _cases():
                 yield f"hostile/{fmt}/{extra!r}/blank_first={first}", head + body + bytes(max(0, 100 - len(head) - len(body)))
 
 
+def _same_outcome(name: str, path: Path, result, streamed: dict) -> list[str]:
+    """The streamed reads of a case end as read_ply's did: a PlyFormatError naming the file, or the same tensors."""
+    import torch
+
+    out = []
+    for chunk, got in streamed.items():
+        what = f"{name}: iter_ply(chunk_points={chunk})"
+        if isinstance(result, PlyFormatError) or isinstance(got, PlyFormatError):
+            if not (isinstance(result, PlyFormatError) and isinstance(got, PlyFormatError)):
+                out.append(f"{what}: {got!r:.200} where read_ply gave {result!r:.200}")
+            elif not str(got).startswith(f"read_ply: {path}: "):
+                out.append(f"{what}: message does not name the file: {got}")
+            continue
+        if result is None:
+            continue
+        if [c.offset for c in got] != list(range(0, len(result.points), chunk)):
+            out.append(f"{what}: chunk offsets {[c.offset for c in got][:5]}...")
+            continue
+        cat = (lambda ts: None if not got or ts[0] is None else torch.cat(ts))  # noqa: E731
+        pairs = [(cat([c.points for c in got]), result.points), (cat([c.colors for c in got]), result.colors),
+                 (cat([c.normals for c in got]), result.normals)]
+        pairs += [(cat([c.properties[k] for c in got]), v) for k, v in result.properties.items()]
+        for a, b in pairs if got else []:
+            if (a is None) != (b is None) or (a is not None and (a.dtype != b.dtype or not torch.equal(
+                    a.double().nan_to_num(), b.double().nan_to_num()))):
+                out.append(f"{what}: the chunks differ from read_ply's cloud")
+                break
+    return out
+
+
 def _oracle(path: Path):
     """xyz as plyfile decodes them (float64), or None when plyfile refuses the file."""
     try:
@@ -185,6 +218,7 @@ def _run_cases(folder: str) -> dict:
         print(name, file=sys.stderr, flush=True)  # the parent names the case if this process hangs
         signal.setitimer(signal.ITIMER_PROF, CASE_SECONDS, 0.25)  # re-fires until disarmed
         t0 = time.process_time()
+        streamed = {}
         try:
             result = read_ply(path, dtype=torch.float64)
         except PlyFormatError as exc:
@@ -198,6 +232,21 @@ def _run_cases(folder: str) -> dict:
         finally:
             signal.setitimer(signal.ITIMER_PROF, 0)
         took = time.process_time() - t0
+        for chunk in STREAM_CHUNKS:  # the streamed reader, under the same limits
+            signal.setitimer(signal.ITIMER_PROF, CASE_SECONDS, 0.25)
+            t1 = time.process_time()
+            try:
+                streamed[chunk] = list(iter_ply(path, chunk_points=chunk, dtype=torch.float64))
+            except PlyFormatError as exc:
+                streamed[chunk] = exc
+            except _Timeout:
+                failures.append(f"{name}: iter_ply(chunk_points={chunk}) still running after {CASE_SECONDS} CPU s")
+            except BaseException as exc:
+                failures.append(f"{name}: iter_ply(chunk_points={chunk}): {type(exc).__name__}: {exc}")
+            finally:
+                signal.setitimer(signal.ITIMER_PROF, 0)
+            took = max(took, time.process_time() - t1)
+        failures += _same_outcome(name, path, result, streamed)
         slowest = max(slowest, took)
         if took > CASE_SECONDS:
             failures.append(f"{name}: took {took:.2f} CPU s")
@@ -254,6 +303,14 @@ def test_fuzz_random_bytes_after_a_valid_header(tmp_path, seed):
             path = tmp_path / f"r{b}.ply"
             path.write_bytes(data)
             try:
-                read_ply(path)
+                result = read_ply(path)
             except PlyFormatError as exc:
                 assert str(path) in str(exc)
+                result = exc
+            streamed = {}
+            for chunk in STREAM_CHUNKS:
+                try:
+                    streamed[chunk] = list(iter_ply(path, chunk_points=chunk))
+                except PlyFormatError as exc:
+                    streamed[chunk] = exc
+            assert not _same_outcome(f"r{b}", path, result, streamed)
