@@ -14,6 +14,7 @@ Pointcept's pointops / pointops_cuda and pytorch3d's point ops;
 
 from pcgeom._backend import backend_info
 from pcgeom.ops import KNNResult, ball_query, farthest_point_sample, knn, knn_gather, pack, unpack
+from pcgeom.ops import StreamedBlock, ball_query_blocks, ball_query_streamed, knn_blocks, knn_streamed
 from pcgeom.grouping import GroupLevel, group_hierarchical, group_patches
 from pcgeom.chamfer import chamfer_distance
 from pcgeom.features import fill_missing, group_features, interpolate_features
@@ -36,6 +37,7 @@ __all__ = [
     "NormalsResult",
     "aggregate_neighbors", "batch_to_offsets", "group_packed", "interpolate_packed", "offsets_to_batch",
     "SerializedOrder",
+    "StreamedBlock", "ball_query_blocks", "ball_query_streamed", "knn_blocks", "knn_streamed",  # out-of-core
     "backend_info",
     "ball_query",
     "chamfer_distance",

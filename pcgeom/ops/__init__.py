@@ -44,5 +44,8 @@ from pcgeom.ops.knn_gather import knn_gather  # noqa: E402
 from pcgeom.ops.farthest_point_sample import farthest_point_sample  # noqa: E402
 from pcgeom.ops.packed import pack, unpack  # noqa: E402
 from pcgeom.ops.pca_normals import PCANormalsResult, pca_normals  # noqa: E402
+from pcgeom.ops.streamed import (StreamedBlock, ball_query_blocks, ball_query_streamed,  # noqa: E402
+                                 knn_blocks, knn_streamed)
 
-__all__ = ["KNNResult", "knn", "ball_query", "knn_gather", "farthest_point_sample", "pack", "unpack", "PCANormalsResult", "pca_normals"]
+__all__ = ["KNNResult", "knn", "ball_query", "knn_gather", "farthest_point_sample", "pack", "unpack", "PCANormalsResult", "pca_normals",
+           "StreamedBlock", "knn_blocks", "knn_streamed", "ball_query_blocks", "ball_query_streamed"]

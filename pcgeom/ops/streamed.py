@@ -1,0 +1,607 @@
+"""Out-of-core exact KNN and ball query: answers streamed block by block, equal to the in-memory calls.
+
+:func:`knn_streamed` / :func:`ball_query_streamed` write into outputs the caller
+provides -- which may be memory-mapped (``torch.from_file(..., shared=True)``, a
+numpy memmap through ``torch.from_numpy``) -- and :func:`knn_blocks` /
+:func:`ball_query_blocks` yield the same answers as :class:`StreamedBlock`
+``(rows, dist2, idx)`` blocks.  Either way no output larger than one block is
+ever held in memory, and the answer is the one :func:`pcgeom.knn` /
+:func:`pcgeom.ball_query` give for the whole cloud, bit for bit: the same
+indices, the same distances, ties to the lower index, ``-1`` / ``+inf`` padding.
+
+The engine (shared with the streamed preprocessing and grouping that build on
+it): :class:`SpatialTiles` cuts the points into axis-aligned tiles of at most
+``block_points`` points (median splits of the longest axis, each tile's indices
+ascending), and the queries likewise.  A query block is searched against the
+points of every tile whose box comes within a halo ``h`` of the block's box.
+That search is exact for a query when it is provable:
+
+* a point outside the candidate tiles differs from every query of the block by
+  at least ``h`` along some axis, and because subtraction, squaring and adding
+  non-negative terms are monotone under rounding, its computed squared
+  distance is at least ``fl(h * h)`` in the accumulation dtype -- the kernel's
+  own arithmetic, not a real-number bound;
+* so a KNN row whose k-th computed distance is strictly below ``fl(h * h)``
+  cannot gain or lose a neighbour, nor a tie, from those points.  Rows that
+  are not provably exact are searched again with a halo just above their k-th
+  distance (which bounds their true k-th distance from above), so the second
+  search always proves them; a row that found fewer than k points doubles its
+  halo until it does or the halo covers every tile.
+* a ball query needs no second search: its halo is the smallest ``h`` with
+  ``fl(h * h) > radius**2``, so every point the ball can hold is a candidate.
+
+The candidates of a search are gathered in ascending global index order, so
+the kernel's "ties to the lower index" rule picks the same point as on the
+whole cloud.  A search whose candidates exceed ``8 * block_points`` points (a
+huge k or radius, an isolated query) is split spatially, and at 64 queries or
+fewer searched slice by slice and merged exactly, so memory stays bounded by
+the block size in every case.  Non-finite coordinates are refused (a tile has
+no box for them).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Iterator, NamedTuple
+
+import numpy as np
+import torch
+
+from pcgeom import _validation as V
+from pcgeom.ops.ball_query import ball_query
+from pcgeom.ops.knn import KNNResult, knn
+
+#: The default tile size, in points (and query rows per search).
+DEFAULT_BLOCK_POINTS = 1 << 18
+#: Point tiles are this many times smaller than a query block.
+TILES_PER_BLOCK = 16
+#: A search holds at most this many blocks of candidates at once.
+CANDIDATE_BLOCKS = 8
+#: A query group over the candidate budget is split spatially down to this many rows, then searched in slices.
+MIN_SPLIT_ROWS = 64
+#: Queries sampled per tile to guess the first halo of a KNN search.
+HALO_SAMPLES = 64
+#: Output entries (rows x k) per search: query blocks shrink for large k.
+_ENTRIES_PER_BLOCK_ROW = 16
+
+_ORDERS = ("distance", "index")
+_INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+class StreamedBlock(NamedTuple):
+    """One block of a streamed answer.
+
+    Attributes:
+        rows: ``(n,)`` int64, ascending: the query rows this block answers.
+        dist2: ``(n, k)`` squared distances in the input's dtype (row ``j`` is
+            query ``rows[j]``), as :func:`pcgeom.knn` / :func:`pcgeom.ball_query`
+            return them; ``+inf`` in padded slots.
+        idx: ``(n, k)`` indices into ``points`` in the requested index dtype;
+            ``-1`` in padded slots.
+    """
+
+    rows: torch.Tensor
+    dist2: torch.Tensor
+    idx: torch.Tensor
+
+
+def _split(x: torch.Tensor, seg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``seg`` (rows of ``x``, ascending) in two non-empty ascending halves: at the median of
+    its widest axis (``<=`` goes left; ``<`` when the median is the maximum), or by position
+    when all its points coincide."""
+    best, best_ext = -1, 0.0
+    for a in range(x.shape[1]):
+        c = x[:, a].index_select(0, seg)
+        ext = float(c.max()) - float(c.min())
+        if ext > best_ext:
+            best, best_ext = a, ext
+    if best < 0:
+        half = seg.numel() // 2
+        return seg[:half], seg[half:]
+    c = x[:, best].index_select(0, seg)
+    v = torch.kthvalue(c, (c.numel() + 1) // 2).values
+    left = c <= v
+    if bool(left.all()):  # the median is the maximum: the minimum < it goes left
+        left = c < v
+    return seg[left], seg[~left]
+
+
+class SpatialTiles:
+    """Rows of an ``(N, D)`` tensor cut into axis-aligned tiles of at most ``block`` rows.
+
+    Attributes:
+        perm: ``(N,)`` int64: the rows, tile after tile, ascending within each tile.
+        starts: ``(T + 1,)`` int64: tile ``t`` is ``perm[starts[t]:starts[t + 1]]``.
+        counts: ``(T,)`` int64 rows per tile (no tile is empty).
+        lo, hi: ``(T, D)`` each tile's tight bounding box, in ``acc`` (exact copies of coordinates).
+
+    Building it costs a few passes over one coordinate column at a time and the
+    ``(N,)`` permutation; coordinates must be finite (checked by the callers).
+    """
+
+    def __init__(self, x: torch.Tensor, block: int, acc: torch.dtype):
+        n = x.shape[0]
+        leaves = []
+        work = [torch.arange(n, device=x.device)] if n else []
+        while work:
+            seg = work.pop()
+            if seg.numel() <= block:
+                leaves.append(seg)
+                continue
+            left, right = _split(x, seg)
+            work.append(right)  # depth first, left before right: neighbouring tiles stay close in order
+            work.append(left)
+        self.perm = torch.cat(leaves) if leaves else torch.empty(0, dtype=torch.int64, device=x.device)
+        self.counts = torch.tensor([s.numel() for s in leaves], dtype=torch.int64)
+        self.starts = torch.zeros(len(leaves) + 1, dtype=torch.int64)
+        self.starts[1:] = self.counts.cumsum(0)
+        d = x.shape[1]
+        self.lo = torch.empty((len(leaves), d), dtype=acc, device=x.device)
+        self.hi = torch.empty((len(leaves), d), dtype=acc, device=x.device)
+        for t, seg in enumerate(leaves):
+            pts = x.index_select(0, seg).to(acc)
+            self.lo[t] = pts.amin(0)
+            self.hi[t] = pts.amax(0)
+
+    def __len__(self) -> int:
+        return self.counts.numel()
+
+    def tile(self, t: int) -> torch.Tensor:
+        """Tile ``t``'s rows, ascending."""
+        return self.perm[int(self.starts[t]):int(self.starts[t + 1])]
+
+    def near(self, qlo: torch.Tensor, qhi: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """``(T,)`` bool: the tiles not provably at least ``h`` away from the box ``[qlo, qhi]``.
+
+        A tile is left out when, along some axis, ``fl(tile.lo - qhi) >= h`` or
+        ``fl(qlo - tile.hi) >= h``, computed in the accumulation dtype: then
+        for each of its points p and each query q in the box the kernel's
+        ``fl(p_a - q_a)`` is at least ``h`` in magnitude (rounding is monotone).
+        ``h = +inf`` selects every tile.
+        """
+        if bool(torch.isinf(h)):
+            return torch.ones(len(self), dtype=torch.bool)
+        gap = torch.maximum(self.lo - qhi, qlo - self.hi)
+        return ~(gap >= h).any(1).cpu()
+
+
+def ascending(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rows sorted, the order)`` of a concatenation of ascending runs (tiles): numpy's stable
+    sort is a timsort that merges the runs, several times faster than a full sort; torch's off CPU."""
+    if rows.device.type != "cpu":
+        return torch.sort(rows, stable=True)
+    order = torch.from_numpy(np.argsort(rows.numpy(), kind="stable"))
+    return rows.index_select(0, order), order
+
+
+def halo_above(d2: torch.Tensor) -> torch.Tensor:
+    """The smallest-ish ``h >= 0`` (elementwise, in ``d2``'s dtype) with ``fl(h * h) > d2``;
+    ``+inf`` where no finite one exists."""
+    tiny = torch.finfo(d2.dtype).tiny
+    h = torch.sqrt(d2).clamp_min(tiny ** 0.5)
+    for _ in range(64):  # sqrt is correctly rounded: one or two steps up suffice
+        low = h * h <= d2
+        if not bool(low.any()):
+            return h
+        h = torch.where(low, torch.nextafter(h, torch.full_like(h, float("inf"))), h)
+    return torch.where(h * h <= d2, torch.full_like(h, float("inf")), h)
+
+
+class _Search:
+    """The state of one streamed search: the point tiles, the query blocks, the op, the budgets."""
+
+    def __init__(self, fn, query, points, k, radius, order, block, index_dtype):
+        self.fn, self.k, self.order, self.index_dtype = fn, k, order, index_dtype
+        self.acc = acc = V.acc_dtype(points.dtype)
+        self.query, self.points = query, points
+        self.cap = CANDIDATE_BLOCKS * block
+        self.is_knn = radius is None
+        self.radius = radius
+        # Point tiles much finer than a query block: the tiles near a block's box then hug its halo.
+        self.ptiles = SpatialTiles(points, max(1, block // TILES_PER_BLOCK), acc)
+        self.q_block = max(1, min(block, (block * _ENTRIES_PER_BLOCK_ROW) // k))
+        self.self_query = query is points or (query.data_ptr() == points.data_ptr() and query.shape == points.shape
+                                              and query.stride() == points.stride())
+        self.qtiles = None if self.self_query else SpatialTiles(query, self.q_block, acc)
+        if len(self.ptiles):
+            ext = float((self.ptiles.hi.amax(0) - self.ptiles.lo.amin(0)).max())
+        else:
+            ext = 0.0
+        self.base = torch.tensor(ext / 1024 if ext > 0 else 1.0, dtype=acc)
+        if radius is not None:
+            r2 = torch.tensor(radius * radius, dtype=torch.float64).to(acc)  # rounded once, as ball_query does
+            self.ball_halo = halo_above(r2) if bool(torch.isfinite(r2)) else torch.tensor(float("inf"), dtype=acc)
+
+    # -- one search of queries against the points near them -------------------------------------
+    def _op(self, q: torch.Tensor, c: torch.Tensor):
+        if self.is_knn:
+            return knn(q, c, self.k)
+        return ball_query(q, c, self.radius, self.k, order=self.order)
+
+    def _merge(self, run, new):
+        """Two partial answers (disjoint candidates) -> the answer over both: ordered by (distance,
+        index) -- by index alone for ``order="index"`` -- with padding last, even behind real +inf
+        distances (overflowed squares), as the kernel orders them."""
+        d = torch.cat([run[0], new[0]], 1)
+        i = torch.cat([run[1], new[1]], 1)
+        pad = i < 0
+        order = torch.sort(torch.where(pad, torch.iinfo(torch.int64).max, i), dim=1, stable=True).indices
+        if self.is_knn or self.order == "distance":
+            order = order.gather(1, torch.sort(d.gather(1, order), dim=1, stable=True).indices)
+        order = order.gather(1, torch.sort(pad.gather(1, order).to(torch.uint8), dim=1, stable=True).indices)
+        order = order[:, :self.k]
+        return d.gather(1, order), i.gather(1, order)
+
+    def search(self, q: torch.Tensor, sel: torch.Tensor, h: torch.Tensor, box=None):
+        """``(dist2 (n, k) acc, idx (n, k) int64 global, whether every point was searched)``.
+
+        ``q``: queries in the accumulation dtype.  The candidates are the points
+        of the selected tiles not provably ``h`` or more away from ``box``
+        (default: the queries' box), by :meth:`SpatialTiles.near`'s test point
+        by point; they are searched in slices of at most ``cap`` points, merged exactly.
+        """
+        qlo, qhi = box if box is not None else (q.amin(0), q.amax(0))
+        finite = not bool(torch.isinf(h))
+        tiles = sel.nonzero().flatten().tolist()
+        chunks, held = [[]], 0  # whole tiles, at most cap points a chunk (a tile has at most cap / 128)
+        for t in tiles:
+            c = int(self.ptiles.counts[t])
+            if held + c > self.cap and held:
+                chunks.append([])
+                held = 0
+            chunks[-1].append(t)
+            held += c
+        run, searched = None, 0
+        for chunk in chunks:
+            rows = (torch.cat([self.ptiles.tile(t) for t in chunk]) if chunk else self.ptiles.perm[:0])
+            pts = self.points.index_select(0, rows).to(self.acc)
+            if finite and rows.numel():
+                keep = ((pts - qhi < h) & (qlo - pts < h)).all(1)
+                rows, pts = rows[keep], pts[keep]
+            searched += rows.numel()
+            # Ascending global order: the kernel's "lower index wins a tie" is then pcgeom.knn's on the whole cloud.
+            rows, order = ascending(rows)
+            d, i = self._op(q, pts.index_select(0, order))
+            i = torch.where(i >= 0, rows[i.clamp_min(0)] if rows.numel() else i, i)
+            run = (d, i) if run is None else self._merge(run, (d, i))
+        return run[0], run[1], searched == self.points.shape[0]
+
+    # -- the blocks ---------------------------------------------------------------------------
+    def query_blocks(self) -> Iterator[torch.Tensor]:
+        """Rows of each query block, ascending: runs of consecutive point tiles (self-KNN; the
+        depth-first tile order keeps a run compact) or the query tiles."""
+        if self.qtiles is not None:
+            for t in range(len(self.qtiles)):
+                yield self.qtiles.tile(t)
+            return
+        run, held = [], 0
+        for t in range(len(self.ptiles)):
+            r = self.ptiles.tile(t)
+            if held + r.numel() > self.q_block and run:
+                yield ascending(torch.cat(run))[0]
+                run, held = [], 0
+            run.append(r)
+            held += r.numel()
+        if run:
+            yield ascending(torch.cat(run))[0]
+
+    def first_halo(self, qc: torch.Tensor, qlo, qhi) -> torch.Tensor:
+        """A guess of the halo a KNN query block needs: the k-th distance of a few sampled
+        queries among the points inside the block's box (an upper bound for those queries)."""
+        tiny = torch.tensor(torch.finfo(self.acc).tiny, dtype=self.acc)
+        sel = self.ptiles.near(qlo, qhi, tiny)
+        if int(self.ptiles.counts[sel].sum()) > self.cap:
+            return torch.zeros((), dtype=self.acc)
+        n = qc.shape[0]
+        pick = torch.linspace(0, n - 1, min(n, HALO_SAMPLES)).round().long()
+        d, _, _ = self.search(qc[pick], sel, tiny, (qlo, qhi))
+        dk = d[:, self.k - 1]
+        dk = dk[torch.isfinite(dk)]
+        return halo_above(dk.max()) if dk.numel() else self.base
+
+    def blocks(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        for rows in self.query_blocks():
+            qc = self.query.index_select(0, rows).to(self.acc)
+            if self.is_knn:
+                h = self.first_halo(qc, qc.amin(0), qc.amax(0))
+            else:
+                h = self.ball_halo
+            yield from self.solve(rows, qc, h.expand(rows.numel()))
+
+    def solve(self, rows, qc, halos):
+        """Answers ``rows`` (coordinates ``qc``, per-row halos): yields proven rows, redoes the rest."""
+        work = [(rows, qc, halos)]
+        while work:
+            rows, qc, halos = work.pop()
+            h = halos.max()
+            qlo, qhi = qc.amin(0), qc.amax(0)
+            sel = self.ptiles.near(qlo, qhi, h)
+            n_cand = int(self.ptiles.counts[sel].sum())
+            if n_cand > self.cap and rows.numel() > MIN_SPLIT_ROWS:
+                left, right = _split(qc, torch.arange(rows.numel(), device=qc.device))
+                work.append((rows[right], qc[right], halos[right]))
+                work.append((rows[left], qc[left], halos[left]))
+                continue
+            d, i, everything = self.search(qc, sel, h, (qlo, qhi))
+            if not self.is_knn or everything:
+                yield rows, d, i
+                continue
+            dk = d[:, self.k - 1]
+            ok = dk < h * h
+            if bool(ok.all()):
+                yield rows, d, i
+                continue
+            if bool(ok.any()):
+                yield rows[ok], d[ok], i[ok]
+            bad = ~ok
+            dk = dk[bad]
+            grow = torch.maximum(h, self.base) * 2
+            # A finite k-th distance over a subset bounds the true one: a halo just above it proves the row.
+            new = torch.where(torch.isfinite(dk), halo_above(torch.where(torch.isfinite(dk), dk, 0)), grow)
+            work.append((rows[bad], qc[bad], new))
+
+
+def _progress(fn: str, total: int, progress):
+    """A tqdm bar over the query rows, or None: ``progress=None`` shows it for >= 2^22 queries on a
+    terminal; without tqdm installed there is never one."""
+    if progress is None:
+        progress = total >= (1 << 22) and sys.stderr.isatty()
+    if not progress:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=fn, unit="query", unit_scale=True, file=sys.stderr)
+
+
+def _check(fn, query, points, k, index_dtype, block_points, radius=None, order="distance"):
+    if order not in _ORDERS:
+        raise ValueError(f"{fn}: order must be one of {_ORDERS}, got {order!r}")
+    for name, t, layout in (("query", query, "(M, D)"), ("points", points, "(N, D)")):
+        V.check_tensor(fn, name, t, 2, layout)
+        if t.dtype not in V.FLOAT_DTYPES:
+            raise TypeError(f"{fn}: {name} must be float16, bfloat16, float32 or float64, got {t.dtype}")
+    if query.shape[1] != points.shape[1] or query.shape[1] < 1:
+        raise ValueError(f"{fn}: query and points must have shapes (M, D) and (N, D) with the same D >= 1, "
+                         f"got {V.shape_str(query)} and {V.shape_str(points)}")
+    if query.dtype != points.dtype:
+        raise TypeError(f"{fn}: query and points must have the same dtype, got {query.dtype} and {points.dtype}")
+    if query.device != points.device:
+        raise ValueError(f"{fn}: query and points must be on the same device, got {query.device} and {points.device}")
+    k = V.check_int(fn, "k", k, minimum=1)
+    block_points = V.check_int(fn, "block_points", block_points, minimum=1)
+    if radius is not None:
+        radius = V.check_float(fn, "radius", radius, minimum=0.0)
+    if index_dtype not in _INDEX_DTYPES:
+        raise TypeError(f"{fn}: index_dtype must be torch.int32 or torch.int64, got {index_dtype!r}")
+    n = points.shape[0]
+    if index_dtype == torch.int32 and n - 1 > torch.iinfo(torch.int32).max:
+        raise ValueError(f"{fn}: index_dtype=torch.int32 holds indices of at most 2**31 points, "
+                         f"got points with N={n}; use torch.int64")
+    for name, t in (("query", query), ("points", points)):
+        # Column by column: a boolean copy of one column at a time, not of the whole cloud.
+        for a in range(t.shape[1]):
+            if not bool(torch.isfinite(t[:, a]).all()):
+                err = V.non_finite_points(fn, name, t, "a spatial tile has no box for them: drop them first "
+                                          "(pcgeom.knn ranks them after every finite point)")
+                raise err
+    return k, block_points, radius
+
+
+def _blocks(fn, query, points, k, radius, order, index_dtype, block_points, progress):
+    query, points = query.detach(), points.detach()
+    if query.shape[0] == 0:
+        return
+    s = _Search(fn, query, points, k, radius, order, block_points, index_dtype)
+    bar = _progress(fn, query.shape[0], progress)
+    try:
+        for rows, d, i in s.blocks():
+            if bar is not None:
+                bar.update(rows.numel())
+            yield StreamedBlock(rows, d.to(points.dtype), i.to(index_dtype))
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _write(fn, blocks, M, k, dtype, index_dtype, device, out_dist2, out_idx):
+    for name, out, dt in (("out_dist2", out_dist2, dtype), ("out_idx", out_idx, index_dtype)):
+        if out is None:
+            continue
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor of shape ({M}, {k}), got {type(out).__name__}")
+        if tuple(out.shape) != (M, k):
+            raise ValueError(f"{fn}: {name} must have shape ({M}, {k}), got {V.shape_str(out)}")
+        if out.dtype != dt:
+            raise TypeError(f"{fn}: {name} must have dtype {dt}, got {out.dtype}")
+    if out_dist2 is None:
+        out_dist2 = V.alloc_named(fn, "k", k, "dist2", (M, k), torch.finfo(dtype).bits // 8,
+                                  lambda: torch.empty((M, k), dtype=dtype, device=device))
+    if out_idx is None:
+        out_idx = V.alloc_named(fn, "k", k, "idx", (M, k), torch.iinfo(index_dtype).bits // 8,
+                                lambda: torch.empty((M, k), dtype=index_dtype, device=device))
+    for b in blocks:
+        rows = b.rows.to(out_dist2.device)
+        out_dist2[rows] = b.dist2.to(out_dist2.device)
+        rows = b.rows.to(out_idx.device)
+        out_idx[rows] = b.idx.to(out_idx.device)
+    return KNNResult(out_dist2, out_idx)
+
+
+def knn_blocks(query, points, k, *, index_dtype=torch.int64, block_points=DEFAULT_BLOCK_POINTS,
+               progress=None) -> Iterator[StreamedBlock]:
+    """:func:`pcgeom.knn` of one cloud, yielded block by block in bounded memory.
+
+    Yields :class:`StreamedBlock` ``(rows, dist2, idx)``: every query row
+    appears in exactly one block, and the blocks together are exactly
+    ``pcgeom.knn(query, points, k)`` -- bit for bit, ties to the lower index,
+    ``-1`` / ``+inf`` padding where ``k > N`` (see the module docstring for why
+    the spatial tiles cannot change the answer).  Blocks come in spatial order,
+    rows ascending within a block; no block holds more than ``block_points``
+    rows (fewer for large ``k``).
+
+    Args:
+        query: ``(M, D)`` float16/bfloat16/float32/float64 tensor, finite.
+        points: ``(N, D)`` tensor of the same dtype and device, finite;
+            ``query`` may be ``points`` itself (self-KNN, its tiles are reused).
+            Either may be memory-mapped.
+        k: neighbours per query, an int >= 1; ``k > N`` pads.
+        index_dtype: ``torch.int64`` (default) or ``torch.int32`` (needs ``N <= 2**31``).
+        block_points: points per spatial tile and query rows per search; peak
+            memory grows with it (about ``8 * block_points`` candidate points
+            and ``block_points * 16`` output entries per search).
+        progress: a tqdm bar on stderr (``True``), none (``False``), or ``None``:
+            a bar for 2^22 queries or more when stderr is a terminal.  Silent
+            when tqdm is not installed.
+
+    Yields:
+        ``StreamedBlock(rows (n,) int64, dist2 (n, k) input dtype, idx (n, k) index_dtype)``.
+        No autograd: the inputs are detached.
+
+    Memory: besides one block, an ``(N,)`` int64 permutation of the points
+    (and one of the queries unless ``query is points``), built one coordinate
+    column at a time; never an ``M x N`` matrix or the ``(M, k)`` output.
+
+    Raises:
+        TypeError, ValueError: bad shapes or dtypes, ``k < 1``, non-finite
+            coordinates, ``index_dtype=torch.int32`` with ``N > 2**31``.
+
+    Example:
+        >>> import torch, pcgeom
+        >>> pts = torch.rand(1000, 3, generator=torch.Generator().manual_seed(0))
+        >>> ref = pcgeom.knn(pts, pts, 8)
+        >>> got = torch.empty(1000, 8, dtype=torch.int64)
+        >>> for b in pcgeom.knn_blocks(pts, pts, 8, block_points=100):
+        ...     got[b.rows] = b.idx
+        >>> torch.equal(got, ref.idx)
+        True
+    """
+    fn = "knn_blocks"
+    k, block_points, _ = _check(fn, query, points, k, index_dtype, block_points)
+    return _blocks(fn, query, points, k, None, "distance", index_dtype, block_points, progress)
+
+
+def knn_streamed(query, points, k, *, out_dist2=None, out_idx=None, index_dtype=torch.int64,
+                 block_points=DEFAULT_BLOCK_POINTS, progress=None) -> KNNResult:
+    """:func:`pcgeom.knn` of one cloud, written block by block into ``out_dist2`` / ``out_idx``.
+
+    The same answer as ``pcgeom.knn(query, points, k)``, bit for bit (ties to
+    the lower index, ``-1`` / ``+inf`` padding), computed over spatial tiles
+    with halos (:func:`knn_blocks`) so that only one block of it is in memory
+    at a time.  Pass memory-mapped outputs to stream a result larger than
+    memory to disk: ``torch.from_file(path, shared=True, size=M * k,
+    dtype=...).view(M, k)`` or ``torch.from_numpy(np.lib.format.open_memmap(...))``.
+
+    Args:
+        query: ``(M, D)`` floating tensor, finite; may be ``points`` (self-KNN).
+        points: ``(N, D)`` tensor of the same dtype and device, finite.
+        k: neighbours per query, an int >= 1; ``k > N`` pads.
+        out_dist2: ``(M, k)`` tensor of the input's dtype to fill, or ``None``
+            (allocated in memory).
+        out_idx: ``(M, k)`` tensor of ``index_dtype`` to fill, or ``None`` (allocated).
+        index_dtype: ``torch.int64`` (default) or ``torch.int32`` (needs ``N <= 2**31``).
+        block_points: points per tile, as in :func:`knn_blocks`.
+        progress: the tqdm bar, as in :func:`knn_blocks`.
+
+    Returns:
+        ``KNNResult(dist2, idx)``: ``out_dist2`` and ``out_idx`` (or the
+        allocated tensors), every row written.  No autograd.
+
+    Raises:
+        TypeError, ValueError: as :func:`knn_blocks`, and outputs of the wrong
+            shape or dtype (naming ``out_dist2`` / ``out_idx``).
+
+    Example:
+        >>> import os, tempfile, torch, pcgeom
+        >>> pts = torch.rand(2000, 3, generator=torch.Generator().manual_seed(0))
+        >>> path = os.path.join(tempfile.mkdtemp(), "idx.bin")
+        >>> idx = torch.from_file(path, shared=True, size=2000 * 16, dtype=torch.int32).view(2000, 16)
+        >>> d, i = pcgeom.knn_streamed(pts, pts, 16, out_idx=idx, index_dtype=torch.int32, block_points=256)
+        >>> torch.equal(i.long(), pcgeom.knn(pts, pts, 16).idx)
+        True
+    """
+    fn = "knn_streamed"
+    k, block_points, _ = _check(fn, query, points, k, index_dtype, block_points)
+    blocks = _blocks(fn, query, points, k, None, "distance", index_dtype, block_points, progress)
+    return _write(fn, blocks, query.shape[0], k, points.dtype, index_dtype, points.device, out_dist2, out_idx)
+
+
+def ball_query_blocks(query, points, radius, k, *, order="distance", index_dtype=torch.int64,
+                      block_points=DEFAULT_BLOCK_POINTS, progress=None) -> Iterator[StreamedBlock]:
+    """:func:`pcgeom.ball_query` of one cloud, yielded block by block in bounded memory.
+
+    The blocks together are exactly ``pcgeom.ball_query(query, points, radius,
+    k, order=order)``, bit for bit: the inclusive ball ``dist2 <= radius**2``
+    (``radius**2`` rounded once to the accumulation dtype), nearest first
+    (``order="distance"``, ties to the lower index) or the first k in index
+    order (``order="index"``), ``-1`` / ``+inf`` in empty slots.  Each query
+    block is searched against the tiles within a halo just above ``radius``,
+    so no block is searched twice.
+
+    Args:
+        query: ``(M, D)`` floating tensor, finite; may be ``points``.
+        points: ``(N, D)`` tensor of the same dtype and device, finite.
+        radius: float >= 0.
+        k: int >= 1, the most neighbours per query.
+        order: ``"distance"`` or ``"index"``, as in :func:`pcgeom.ball_query`.
+        index_dtype: ``torch.int64`` (default) or ``torch.int32`` (needs ``N <= 2**31``).
+        block_points: points per tile, as in :func:`knn_blocks`.
+        progress: the tqdm bar, as in :func:`knn_blocks`.
+
+    Yields:
+        ``StreamedBlock(rows (n,) int64, dist2 (n, k), idx (n, k) index_dtype)``; no autograd.
+
+    Raises:
+        TypeError, ValueError: as :func:`knn_blocks`, ``radius < 0``, an unknown ``order``.
+
+    Example:
+        >>> import torch, pcgeom
+        >>> pts = torch.rand(500, 3, generator=torch.Generator().manual_seed(0))
+        >>> blocks = list(pcgeom.ball_query_blocks(pts, pts, 0.1, 4, block_points=64))
+        >>> sum(b.rows.numel() for b in blocks)
+        500
+    """
+    fn = "ball_query_blocks"
+    k, block_points, radius = _check(fn, query, points, k, index_dtype, block_points, radius, order)
+    return _blocks(fn, query, points, k, radius, order, index_dtype, block_points, progress)
+
+
+def ball_query_streamed(query, points, radius, k, *, order="distance", out_dist2=None, out_idx=None,
+                        index_dtype=torch.int64, block_points=DEFAULT_BLOCK_POINTS, progress=None) -> KNNResult:
+    """:func:`pcgeom.ball_query` of one cloud, written block by block into ``out_dist2`` / ``out_idx``.
+
+    The same answer as ``pcgeom.ball_query(query, points, radius, k,
+    order=order)``, bit for bit, from :func:`ball_query_blocks`; outputs as
+    in :func:`knn_streamed` (memory-mapped ones stream the result to disk).
+
+    Args:
+        query: ``(M, D)`` floating tensor, finite; may be ``points``.
+        points: ``(N, D)`` tensor of the same dtype and device, finite.
+        radius: float >= 0.
+        k: int >= 1.
+        order: ``"distance"`` or ``"index"``.
+        out_dist2: ``(M, k)`` tensor of the input's dtype, or ``None`` (allocated).
+        out_idx: ``(M, k)`` tensor of ``index_dtype``, or ``None`` (allocated).
+        index_dtype: ``torch.int64`` (default) or ``torch.int32`` (needs ``N <= 2**31``).
+        block_points: points per tile, as in :func:`knn_blocks`.
+        progress: the tqdm bar, as in :func:`knn_blocks`.
+
+    Returns:
+        ``KNNResult(dist2, idx)``, the outputs, every row written; no autograd.
+
+    Raises:
+        TypeError, ValueError: as :func:`ball_query_blocks`, and outputs of
+            the wrong shape or dtype.
+
+    Example:
+        >>> import torch, pcgeom
+        >>> pts = torch.rand(500, 3, generator=torch.Generator().manual_seed(0))
+        >>> got = pcgeom.ball_query_streamed(pts, pts, 0.1, 4, order="index", block_points=64)
+        >>> torch.equal(got.idx, pcgeom.ball_query(pts, pts, 0.1, 4, order="index").idx)
+        True
+    """
+    fn = "ball_query_streamed"
+    k, block_points, radius = _check(fn, query, points, k, index_dtype, block_points, radius, order)
+    blocks = _blocks(fn, query, points, k, radius, order, index_dtype, block_points, progress)
+    return _write(fn, blocks, query.shape[0], k, points.dtype, index_dtype, points.device, out_dist2, out_idx)

@@ -1,0 +1,358 @@
+"""pcgeom.knn_streamed / ball_query_streamed and their block iterators: the in-memory answers, bit for bit.
+
+Every comparison is ``torch.equal`` against the in-memory :func:`pcgeom.knn` /
+:func:`pcgeom.ball_query` on the same cloud (itself tested against float64
+brute force in test_knn.py / test_ball_query.py): indices, distances, ties and
+padding.  Small ``block_points`` force many tiles, so tile edges, halos and the
+redo path are crossed on clouds of a few thousand points.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+import pcgeom
+from pcgeom.ops import streamed as S
+
+pytestmark = pytest.mark.ops  # the op suite: also run on the pure-torch path
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def _uniform(n, d=3, dtype=torch.float32, seed=0):
+    return torch.rand(n, d, generator=_gen(seed), dtype=torch.float64).to(dtype)
+
+
+def _clustered(n, dtype=torch.float32, seed=0):
+    """Dense blobs far apart, a sparse background and two far outliers: halos cross empty space."""
+    g = _gen(seed)
+    centres = torch.tensor([[0.0, 0, 0], [5, 0, 0], [0, 7, 3], [40, 40, 40]], dtype=torch.float64)
+    which = torch.randint(0, 4, (n,), generator=g)
+    pts = centres[which] + 0.05 * torch.randn(n, 3, generator=g, dtype=torch.float64)
+    pts[: n // 10] = torch.rand(n // 10, 3, generator=g, dtype=torch.float64) * 50  # sparse background
+    pts[-1] = torch.tensor([1e3, -1e3, 5e2])
+    pts[-2] = torch.tensor([-2e3, 0, 0])
+    return pts.to(dtype)
+
+
+def _lattice(side, dtype=torch.float32):
+    """An integer grid: every neighbourhood is full of exact ties, and the median splits fall on points."""
+    r = torch.arange(side, dtype=torch.float64)
+    return torch.cartesian_prod(r, r, r).to(dtype)
+
+
+def _assert_same(got, ref, index_dtype=torch.int64):
+    assert got.idx.dtype == index_dtype
+    assert got.dist2.dtype == ref.dist2.dtype
+    assert got.idx.shape == ref.idx.shape
+    assert torch.equal(got.idx.long(), ref.idx)
+    assert torch.equal(got.dist2, ref.dist2)
+
+
+def _knn_both(q, p, k, block, **kw):
+    ref = pcgeom.knn(q, p, k)
+    _assert_same(pcgeom.knn_streamed(q, p, k, block_points=block, **kw), ref, kw.get("index_dtype", torch.int64))
+    return ref
+
+
+# --- KNN ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("block", [7, 64, 500, 10**6])  # 10**6: one tile
+def test_self_knn_random(dtype, block):
+    x = _uniform(3000, dtype=dtype, seed=1)
+    _knn_both(x, x, 16, block)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_knn_other_queries(dtype):
+    p = _uniform(2500, dtype=dtype, seed=2)
+    q = (_uniform(700, dtype=dtype, seed=3) * 1.4 - 0.2).to(dtype)  # some queries outside the cloud's box
+    _knn_both(q, p, 9, 50)
+
+
+@pytest.mark.parametrize("block", [16, 300])
+def test_clustered_with_outliers(block):
+    x = _clustered(4000, seed=4)
+    _knn_both(x, x, 12, block)
+    q = torch.cat([x[:300], torch.tensor([[1e4, 1e4, 1e4], [20.0, 20, 20]])])  # far queries: empty tiles around
+    _knn_both(q, x, 5, block)
+
+
+@pytest.mark.parametrize("block", [8, 27, 100])
+def test_lattice_ties_and_tile_edges(block):
+    x = _lattice(11)  # 1331 points; tiles split at lattice planes, so points lie exactly on tile edges
+    ref = _knn_both(x, x, 19, block)
+    assert (ref.dist2[:, 1:] == ref.dist2[:, :-1]).any()  # the cloud really has ties inside the k
+    _knn_both(x + 0.5, x, 8, block)  # queries equidistant from 8 lattice points
+
+
+def test_duplicates():
+    x = _uniform(300, seed=5).repeat(7, 1)  # each point 7 times: ties broken by index across tiles
+    _knn_both(x, x, 10, 40)
+    same = torch.zeros(500, 3)  # one point 500 times: tiles split by position, boxes coincide
+    _knn_both(same, same, 17, 16)
+    _knn_both(same[:3] + 1, same, 600, 16)  # k > N on identical points
+
+
+@pytest.mark.parametrize("n,k", [(1, 1), (1, 4), (37, 37), (37, 50), (200, 200)])
+def test_small_clouds_k_equal_and_above_n(n, k):
+    x = _uniform(n, seed=6)
+    ref = _knn_both(x, x, k, 5)
+    if k > n:
+        assert (ref.idx[:, n:] == -1).all() and torch.isinf(ref.dist2[:, n:]).all()
+
+
+def test_empty_query_and_empty_points():
+    x = _uniform(50, seed=7)
+    got = pcgeom.knn_streamed(x[:0], x, 4)
+    assert got.idx.shape == (0, 4) and got.dist2.shape == (0, 4)
+    assert list(pcgeom.knn_blocks(x[:0], x, 4)) == []
+    _knn_both(x, x[:0], 3, 8)  # no points: all padding, as pcgeom.knn
+
+
+def test_redo_path_when_the_halo_is_too_small(monkeypatch):
+    """A first halo of 0 proves no row: every row is searched again, and the answer is unchanged."""
+    x = _clustered(2000, seed=8)
+    calls = []
+    real = S._Search.search
+
+    def spy(self, q, sel, h, box=None):
+        calls.append(float(h))
+        return real(self, q, sel, h, box)
+
+    monkeypatch.setattr(S._Search, "first_halo", lambda self, qc, lo, hi: torch.zeros((), dtype=self.acc))
+    monkeypatch.setattr(S._Search, "search", spy)
+    _knn_both(x, x, 8, 100)
+    assert 0.0 in calls and any(h > 0 for h in calls)
+
+
+def test_halo_smaller_than_sparse_neighbourhoods(monkeypatch):
+    """A dense query sets the first halo; the sparse queries of the same block need the second search."""
+    monkeypatch.setattr(S, "HALO_SAMPLES", 1)  # the first halo from row 0 alone, a dense one
+    g = _gen(9)
+    dense = torch.rand(3000, 3, generator=g) * 0.1
+    sparse = torch.rand(40, 3, generator=g) * 3
+    far = torch.rand(500, 3, generator=g) + 100  # outside every query box: the search is never "everything"
+    p = torch.cat([dense, sparse, far])
+    q = torch.cat([dense[:500], sparse])
+    yielded = list(pcgeom.knn_blocks(q, p, 6, block_points=4096))  # one query block
+    assert len(yielded) > 1  # the sparse rows came back from a second search
+    _knn_both(q, p, 6, 4096)
+
+
+def test_large_k_searched_in_slices():
+    """k above the candidate budget (8 * block_points): candidates are searched in slices and merged."""
+    x = _lattice(6)  # 216 points, ties everywhere
+    _knn_both(x, x, 100, 4)
+    _knn_both(x[:10] + 0.25, x, 216, 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision(dtype):
+    x = _uniform(1500, dtype=dtype, seed=10)
+    _knn_both(x, x, 8, 64)
+
+
+def test_high_dimensional():
+    x = _uniform(800, d=7, seed=11)
+    _knn_both(x, x, 5, 32)
+    y = _uniform(400, d=1, seed=12)
+    _knn_both(y, y, 5, 16)
+
+
+def test_int32_indices_and_memmap_outputs(tmp_path):
+    x = _uniform(4000, seed=13)
+    M, k = 4000, 16
+    ref = pcgeom.knn(x, x, k)
+    idx = torch.from_file(str(tmp_path / "idx.bin"), shared=True, size=M * k, dtype=torch.int32).view(M, k)
+    dist = torch.from_file(str(tmp_path / "dist.bin"), shared=True, size=M * k, dtype=torch.float32).view(M, k)
+    got = pcgeom.knn_streamed(x, x, k, out_dist2=dist, out_idx=idx, index_dtype=torch.int32, block_points=256)
+    assert got.idx is idx and got.dist2 is dist
+    del got, idx, dist
+    on_disk = np.fromfile(tmp_path / "idx.bin", dtype=np.int32).reshape(M, k)
+    assert np.array_equal(on_disk, ref.idx.numpy())
+    assert np.array_equal(np.fromfile(tmp_path / "dist.bin", dtype=np.float32).reshape(M, k), ref.dist2.numpy())
+    mm_i = np.lib.format.open_memmap(tmp_path / "idx.npy", mode="w+", dtype=np.int64, shape=(M, k))
+    mm_d = np.lib.format.open_memmap(tmp_path / "dist.npy", mode="w+", dtype=np.float32, shape=(M, k))
+    pcgeom.knn_streamed(x, x, k, out_dist2=torch.from_numpy(mm_d), out_idx=torch.from_numpy(mm_i), block_points=300)
+    mm_i.flush(), mm_d.flush()
+    del mm_i, mm_d
+    assert np.array_equal(np.load(tmp_path / "idx.npy"), ref.idx.numpy())
+    assert np.array_equal(np.load(tmp_path / "dist.npy"), ref.dist2.numpy())
+
+
+def test_blocks_cover_each_row_once():
+    x = _clustered(3000, seed=14)
+    ref = pcgeom.knn(x, x, 7)
+    seen = torch.zeros(3000, dtype=torch.int64)
+    for b in pcgeom.knn_blocks(x, x, 7, block_points=128):
+        assert b.rows.dtype == torch.int64 and (b.rows[1:] > b.rows[:-1]).all()
+        assert b.rows.numel() <= 128
+        seen[b.rows] += 1
+        assert torch.equal(b.idx, ref.idx[b.rows]) and torch.equal(b.dist2, ref.dist2[b.rows])
+    assert (seen == 1).all()
+
+
+# --- ball query -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("order", ["distance", "index"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("radius,k", [(0.0, 3), (0.05, 8), (0.2, 40), (5.0, 30)])
+def test_ball_query(order, dtype, radius, k):
+    x = _uniform(2000, dtype=dtype, seed=15)
+    q = _uniform(300, dtype=dtype, seed=16)
+    for qq in (x, q):
+        ref = pcgeom.ball_query(qq, x, radius, k, order=order)
+        got = pcgeom.ball_query_streamed(qq, x, radius, k, order=order, block_points=40)
+        _assert_same(got, ref)
+
+
+@pytest.mark.parametrize("order", ["distance", "index"])
+def test_ball_query_lattice_inclusive_and_duplicates(order):
+    x = _lattice(9)
+    for r in (1.0, 2.0 ** 0.5, 3.0 ** 0.5):  # the ball's edge falls exactly on lattice points
+        ref = pcgeom.ball_query(x, x, r, 27, order=order)
+        _assert_same(pcgeom.ball_query_streamed(x, x, r, 27, order=order, block_points=10), ref)
+    d = _uniform(100, seed=17).repeat(5, 1)
+    ref = pcgeom.ball_query(d, d, 0.1, 12, order=order)
+    _assert_same(pcgeom.ball_query_streamed(d, d, 0.1, 12, order=order, block_points=8), ref)
+
+
+def test_ball_query_huge_radius_uses_slices_and_int32(tmp_path):
+    x = _clustered(600, seed=18)
+    ref = pcgeom.ball_query(x, x, 1e4, 50)
+    idx = torch.from_file(str(tmp_path / "i.bin"), shared=True, size=600 * 50, dtype=torch.int32).view(600, 50)
+    got = pcgeom.ball_query_streamed(x, x, 1e4, 50, out_idx=idx, index_dtype=torch.int32, block_points=4)
+    _assert_same(got, ref, torch.int32)
+
+
+# --- errors and progress --------------------------------------------------------------------------
+
+
+def test_errors_name_the_argument():
+    x = _uniform(10)
+    with pytest.raises(ValueError, match=r"query must have shape \(M, D\)"):
+        pcgeom.knn_streamed(x[None], x, 2)
+    with pytest.raises(TypeError, match="index_dtype must be torch.int32 or torch.int64"):
+        pcgeom.knn_streamed(x, x, 2, index_dtype=torch.int16)
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        pcgeom.knn_blocks(x, x, 0)
+    with pytest.raises(ValueError, match="block_points must be >= 1"):
+        pcgeom.knn_streamed(x, x, 2, block_points=0)
+    with pytest.raises(TypeError, match="same dtype"):
+        pcgeom.knn_streamed(x, x.double(), 2)
+    with pytest.raises(ValueError, match=r"out_idx must have shape \(10, 2\), got \(10, 3\)"):
+        pcgeom.knn_streamed(x, x, 2, out_idx=torch.empty(10, 3, dtype=torch.int64))
+    with pytest.raises(TypeError, match="out_dist2 must have dtype torch.float32, got torch.float64"):
+        pcgeom.knn_streamed(x, x, 2, out_dist2=torch.empty(10, 2, dtype=torch.float64))
+    with pytest.raises(TypeError, match="out_idx must have dtype torch.int32"):
+        pcgeom.knn_streamed(x, x, 2, index_dtype=torch.int32, out_idx=torch.empty(10, 2, dtype=torch.int64))
+    bad = x.clone()
+    bad[4, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"points must be finite.*points\[4\]"):
+        pcgeom.knn_streamed(x, bad, 2)
+    with pytest.raises(ValueError, match="radius must be >= 0"):
+        pcgeom.ball_query_streamed(x, x, -1.0, 2)
+    with pytest.raises(ValueError, match="order must be one of"):
+        pcgeom.ball_query_blocks(x, x, 1.0, 2, order="random")
+    huge = torch.zeros(1, 3).expand(2**31 + 1, 3)  # a view: no memory behind the 2^31 + 1 rows
+    with pytest.raises(ValueError, match=r"index_dtype=torch.int32 .* N=2147483649; use torch.int64"):
+        pcgeom.knn_streamed(x, huge, 2, index_dtype=torch.int32)
+
+
+def test_progress_bar(capsys, monkeypatch):
+    pytest.importorskip("tqdm")
+    x = _uniform(500, seed=19)
+    pcgeom.knn_streamed(x, x, 4, block_points=64, progress=True)
+    err = capsys.readouterr().err
+    assert "knn_streamed" in err and "500" in err
+    pcgeom.knn_streamed(x, x, 4, block_points=64)  # auto: small runs stay silent
+    assert capsys.readouterr().err == ""
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # tqdm not installed: silent, same answer
+    got = pcgeom.knn_streamed(x, x, 4, block_points=64, progress=True)
+    assert capsys.readouterr().err == ""
+    _assert_same(got, pcgeom.knn(x, x, 4))
+
+
+# --- bounded memory -------------------------------------------------------------------------------
+
+_BUDGET_SCRIPT = textwrap.dedent("""
+    import os, resource, sys
+    import numpy as np, torch, pcgeom
+    mode, n, budget, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    torch.set_num_threads(1)  # one malloc arena: the address space counted is the work's, not idle threads'
+    x = torch.rand(n, 3, generator=torch.Generator().manual_seed(0))
+    list(pcgeom.knn_blocks(x[:2000], x[:2000], 16, block_points=256))  # first-call setup outside the budget
+    pcgeom.knn(x[:2000], x[:2000], 16)
+    size = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+    resource.setrlimit(resource.RLIMIT_AS, (size + budget, resource.RLIM_INFINITY))
+    try:
+        if mode == "memory":
+            pcgeom.knn(x, x, 16)
+        else:
+            with open(out, "wb") as f:  # plain writes: a memory map would count against the limit
+                for b in pcgeom.knn_blocks(x, x, 16, index_dtype=torch.int32, block_points=1 << 16):
+                    f.write(np.int64(b.rows.numel()).tobytes())
+                    f.write(b.rows.numpy().tobytes()); f.write(b.idx.numpy().tobytes())
+                    f.write(b.dist2.numpy().tobytes())
+    except (MemoryError, RuntimeError) as e:
+        print("OUT OF MEMORY", type(e).__name__, str(e)[:200]); sys.exit(3)
+    print("DONE")
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is Linux-specific here")
+@pytest.mark.skipif(os.environ.get("PCGEOM_DISABLE_EXT") == "1",
+                    reason="the pure-torch reference is O(M * N): 10^6 points take hours there")
+def test_streamed_knn_fits_a_budget_the_in_memory_call_exceeds(tmp_path):
+    """Self-KNN k=16 on 10^6 points under RLIMIT_AS: 180 MiB above the warmed-up interpreter.
+
+    Measured growth of the address space: in memory about 355 MiB (the (10^6, 16)
+    int64 + float32 output alone is 183 MiB), streamed with 2^16-point blocks
+    about 75 MiB; 180 MiB leaves more than 2x on each side.
+    """
+    n, budget = 10**6, 180 << 20
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    out = tmp_path / "blocks.bin"
+
+    def run(mode):
+        return subprocess.run([sys.executable, "-c", _BUDGET_SCRIPT, mode, str(n), str(budget), str(out)],
+                              capture_output=True, text=True, env=env, timeout=900)
+
+    mem = run("memory")
+    assert mem.returncode == 3 and "OUT OF MEMORY" in mem.stdout, (mem.stdout, mem.stderr[-2000:])
+    st = run("streamed")
+    assert st.returncode == 0 and "DONE" in st.stdout, (st.stdout, st.stderr[-2000:])
+    x = torch.rand(n, 3, generator=torch.Generator().manual_seed(0))
+    ref = pcgeom.knn(x, x, 16)
+    raw = out.read_bytes()
+    pos, seen = 0, 0
+    idx = np.empty((n, 16), dtype=np.int32)
+    dist = np.empty((n, 16), dtype=np.float32)
+    while pos < len(raw):
+        m = int(np.frombuffer(raw, np.int64, 1, pos)[0])
+        pos += 8
+        rows = np.frombuffer(raw, np.int64, m, pos)
+        pos += 8 * m
+        idx[rows] = np.frombuffer(raw, np.int32, m * 16, pos).reshape(m, 16)
+        pos += 4 * m * 16
+        dist[rows] = np.frombuffer(raw, np.float32, m * 16, pos).reshape(m, 16)
+        pos += 4 * m * 16
+        seen += m
+    assert seen == n
+    assert np.array_equal(idx, ref.idx.numpy()) and np.array_equal(dist, ref.dist2.numpy())
