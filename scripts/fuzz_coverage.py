@@ -28,10 +28,12 @@ MODULES = [
     "pcgeom.compat.pointops", "pcgeom.compat.pointops_cuda", "pcgeom.compat.simple_knn",
     "pcgeom.compat.torch_cluster", "pcgeom.compat.torch_scatter",
     "pcgeom.compat.pyg_lib.ops", "pcgeom.compat.pyg_lib.sampler",
+    "pcgeom.compat.pytorch3d.ops", "pcgeom.compat.pytorch3d.loss", "pcgeom.compat.pytorch3d.structures",
+    "pcgeom.compat.pytorch3d.transforms",
 ]
 # Not functions: result containers and the names a test reads off a result, version strings, an exception type.
 SKIP = {"GridSubsampleResult", "GroupLevel", "KNNResult", "NormalsResult", "SerializedOrder",
-        "__version__", "cuda_version", "PointWebArgumentError"}
+        "__version__", "cuda_version", "PointWebArgumentError", "ICPSolution", "SimilarityTransform"}
 # Names a test reaches by a computed attribute: (module, name) -> the string the test spells.
 REDIRECTS = {
     ("pcgeom.compat.torch_scatter", n): "scatter_" for n in ("scatter_sum", "scatter_add", "scatter_mul",

@@ -375,6 +375,17 @@ def test_pointclouds_representations_and_empty_clouds():
         Pointclouds([a], normals=[torch.rand(2, 3)])
 
 
+def test_pointclouds_of_only_empty_clouds_keep_their_dtype():
+    # found by tests/fuzz/test_fuzz_pytorch3d.py: all-empty float64 clouds came back float32, and
+    # chamfer_distance(float64 x, all-empty y) then refused the mixed dtypes
+    empty = Pointclouds([torch.zeros(0, 3, dtype=torch.float64), torch.zeros(0, 3, dtype=torch.float64)])
+    assert empty.points_padded().dtype == torch.float64 and empty.points_packed().dtype == torch.float64
+    assert empty.points_padded().shape == (2, 0, 3)
+    x = Pointclouds([torch.tensor([[2.0, 1, 0]], dtype=torch.float64)])
+    loss, _ = chamfer_distance(x, Pointclouds([torch.zeros(0, 3, dtype=torch.float64)]))
+    assert loss.dtype == torch.float64 and loss.item() == 0.0  # padding distance 0 both ways
+
+
 # ----------------------------------------------------------------------------------------------- the shims
 
 

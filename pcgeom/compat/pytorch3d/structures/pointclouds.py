@@ -66,8 +66,9 @@ class Pointclouds:
             counts = [len(p) for p in points]
             self._P = max(counts, default=0)
             self._num_points_per_cloud = torch.tensor(counts, dtype=torch.int64, device=self.device)
-            # empty clouds of any shape are stored as (0, 3), in the dtype of the others
-            dtype = next((p.dtype for p in points if len(p) > 0), torch.float32)
+            # empty clouds of any shape are stored as (0, 3), in the dtype of the others; when all are
+            # empty, in the first one's dtype (upstream pads from points[0]), so float64 stays float64
+            dtype = next((p.dtype for p in points if len(p) > 0), points[0].dtype if points else torch.float32)
             self._points_list = [p if len(p) > 0 else torch.zeros((0, 3), dtype=dtype, device=self.device)
                                  for p in points]
             self.equisized = len(set(counts)) == 1
