@@ -23,7 +23,10 @@ PY_LIMITED_API = "0x030A0000"  # CPython 3.10 -> wheel tag cp310-abi3
 # -ffp-contract=off: distances must be bit-identical to the reference path, so the
 # compiler may not fuse a*a+b into an FMA (nvcc: --fmad=false for the same reason).
 NUMERICS = ["-ffp-contract=off"]
-CXX_FLAGS = ["-O3", "-std=c++17", *NUMERICS, "-fvisibility=hidden"]
+# Keeps the binaries on glibc 2.28 (manylinux_2_28) when built on a newer glibc:
+# see the header for the one symbol it removes. Force-included, host and CUDA.
+GLIBC_FLOOR_HEADER = CSRC / "common" / "glibc_floor.h"
+CXX_FLAGS = ["-O3", "-std=c++17", *NUMERICS, "-fvisibility=hidden", "-include", str(GLIBC_FLOOR_HEADER)]
 CXX_FLAGS_MSVC = ["/O2", "/std:c++17", "/fp:precise"]
 DEFINES = [("TORCH_TARGET_VERSION", TORCH_TARGET_VERSION), ("Py_LIMITED_API", PY_LIMITED_API)]
 
@@ -39,7 +42,7 @@ def define_flags() -> list[str]:
 def nvcc_flags(threads: int | None = None) -> list[str]:
     # --threads: one file (knn) dominates the build; compile its architectures in parallel.
     threads = threads or int(os.environ.get("PCGEOM_NVCC_THREADS", "2"))
-    return ["-O3", "--fmad=false", "-std=c++17", "-DUSE_CUDA=1",
+    return ["-O3", "--fmad=false", "-std=c++17", "-DUSE_CUDA=1", f"--pre-include={GLIBC_FLOOR_HEADER}",
             f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}", f"--threads={threads}"]
 
 
