@@ -76,8 +76,8 @@ def test_generated_schema_header_is_the_registry_s():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("build_config", ROOT / "csrc" / "build_config.py")
-    if spec is None or not (ROOT / "csrc").is_dir():
-        pytest.skip("source tree not found")
+    if spec is None or not (ROOT / "csrc").is_dir() or not (ROOT / "pcgeom" / "ops" / "registry.py").is_file():
+        pytest.skip("source tree not found (an installed wheel is under test)")
     build_config = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build_config)
     reg = build_config.registry()
