@@ -98,17 +98,7 @@ def _cuda_archs():
     except Exception as exc:  # private helper: a torch without it must not fail the build
         _say(f"could not read the CUDA architecture flags ({exc}); pcgeom doctor will not list them")
         return None
-    cubins, ptx = [], []
-    for flag in flags:
-        for code in flag.split("code=", 1)[-1].strip("[]").split(","):
-            if code.startswith("sm_") and code not in cubins:
-                cubins.append(code)
-            elif code.startswith("compute_") and code not in ptx:
-                ptx.append(code)
-    def number(code):  # "sm_100a" -> 100: oldest first (torch hands the flags sorted as strings)
-        return int("".join(c for c in code.split("_", 1)[1] if c.isdigit()))
-
-    return {"cubin": sorted(cubins, key=number), "ptx": sorted(ptx, key=number)}
+    return BUILD.cuda_archs_from_flags(flags)
 
 
 def _extensions():

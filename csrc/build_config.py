@@ -46,6 +46,30 @@ def nvcc_flags(threads: int | None = None) -> list[str]:
             f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}", f"--threads={threads}"]
 
 
+def cuda_archs_from_flags(flags: list[str]) -> dict[str, list[str]]:
+    """The cubins and PTX that nvcc's ``-gencode`` flags ask for, oldest first.
+
+    ``["-gencode=arch=compute_90,code=sm_90", "-gencode=arch=compute_90,code=compute_90"]``
+    gives ``{"cubin": ["sm_90"], "ptx": ["compute_90"]}``; ``code=[sm_80,compute_80]`` lists both.
+    """
+    cubins, ptx = [], []
+    for flag in flags:
+        if "code=" not in flag:
+            continue
+        # rpartition: "-gencode=" itself ends in "code=".
+        for code in flag.rpartition("code=")[2].strip("[]").split(","):
+            code = code.strip()
+            if code.startswith("sm_") and code not in cubins:
+                cubins.append(code)
+            elif code.startswith("compute_") and code not in ptx:
+                ptx.append(code)
+
+    def number(code):  # "sm_100a" -> 100 (torch hands the flags sorted as strings: sm_100 before sm_75)
+        return int("".join(c for c in code.split("_", 1)[1] if c.isdigit()))
+
+    return {"cubin": sorted(cubins, key=number), "ptx": sorted(ptx, key=number)}
+
+
 def registry():
     """``pcgeom/ops/registry.py``, loaded by path (importing ``pcgeom`` would load torch and the old build)."""
     path = ROOT / "pcgeom" / "ops" / "registry.py"

@@ -9,6 +9,7 @@
 # Matrix (venv: torch; wheel):
 #   CI and full   torch 2.10.0 (the oldest the README claims; the registry's build is CUDA 12.8)  <- CPU wheel
 #                 torch 2.14.1 (the newest that installs; CUDA 13.0, the venv of ci_cuda_job.sh) <- CPU wheel
+#                              (CI: the op suite of the fast lane only, -m "ops and not slow")
 #                 torch 2.14.1                                                                   <- pcgeom-cu13
 #   full only     torch 2.10.0 (CUDA 12.8)                                                       <- pcgeom-cu12
 #                 torch 2.13.0 (CPU-only build)                                                  <- pcgeom-cu13
@@ -106,15 +107,18 @@ git -C "$REPO" ls-files -z --cached --others --exclude-standard \
 SUMMARY=$WORK/matrix-summary.txt
 : >"$SUMMARY"
 
-# check LABEL VENV WHEEL DIST_NAME EXPECT(cpu|cuda|cuda-on-cpu-torch)
+# check LABEL VENV WHEEL DIST_NAME EXPECT(cpu|cuda|cuda-on-cpu-torch) [LANE]
+# LANE: the marker expression of the test run, default the fast lane "not slow".
 check() {
-  local label=$1 venv=$2 whl=$3 dist=$4 expect=$5 t
+  local label=$1 venv=$2 whl=$3 dist=$4 expect=$5 lane=${6:-not slow} t
   t=$(date +%s)
   say "[$label] installing $(basename "$whl") into $venv"
   local before
   before=$("$venv/bin/python" -c "import torch; print(torch.__version__)")
   "$venv/bin/pip" uninstall -q -y pcgeom pcgeom-cu12 pcgeom-cu13 >/dev/null 2>&1 || true
-  "$venv/bin/pip" install -q --no-cache-dir "$whl" 2>&1 | grep -v "is ignored: it is neither" || true
+  # [test]: what the fast lane imports (matplotlib, onnx, scipy, ...); torch itself must stay as it is.
+  "$venv/bin/pip" install -q "$whl[test]" 2>&1 | grep -v "is ignored: it is neither" || true
+  "$venv/bin/python" -c "import pcgeom" 2>/dev/null || die "[$label] installing $(basename "$whl") failed"
   [[ $("$venv/bin/python" -c "import torch; print(torch.__version__)") == "$before" ]] \
     || die "[$label] installing the wheel changed torch ($before)"
   (
@@ -155,13 +159,13 @@ else:
     assert info["native_devices"] == ["cpu"] and info["cuda_load_error"] == "not built", info
 print(f"  pcgeom {pcgeom.__version__} from {where.parent}; torch {torch.__version__}; native {info['native_devices']}")
 EOF
-    say "[$label] fast lane (-m 'not slow') against the installed wheel"
+    say "[$label] tests (-m '$lane') against the installed wheel"
     PCGEOM_EXPECT_BUILD_ORIGIN=wheel PCGEOM_EXPECT_DISTRIBUTION=$dist \
-      "$venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir "$CHECK" -m "not slow" tests \
+      "$venv/bin/python" -m pytest -q -p no:cacheprovider --rootdir "$CHECK" -m "$lane" tests \
       >"$WORK/fast-lane-$label.log" 2>&1 || { tail -60 "$WORK/fast-lane-$label.log"; die "[$label] the fast lane failed (log: $WORK/fast-lane-$label.log)"; }
     tail -1 "$WORK/fast-lane-$label.log"
   ) || exit 1
-  echo "$label: $(basename "$whl") on torch $before: ok in $(( $(date +%s) - t )) s ($(tail -1 "$WORK/fast-lane-$label.log"))" | tee -a "$SUMMARY"
+  echo "$label: $(basename "$whl") on torch $before: ok in $(( $(date +%s) - t )) s (-m '$lane': $(tail -1 "$WORK/fast-lane-$label.log"))" | tee -a "$SUMMARY"
 }
 
 V210=$WORK/venv-torch2.10.0
@@ -170,7 +174,9 @@ mkdir -p "$CUDA_WORK"
 venv "$V210" torch==2.10.0
 venv "$V2141" torch==2.14.1
 check cpu-on-torch2.10.0 "$V210" "$CPU_WHEEL" pcgeom cpu
-check cpu-on-torch2.14.1 "$V2141" "$CPU_WHEEL" pcgeom cpu
+# CI keeps its time: the CPU wheel on 2.14.1 runs the op suite of the fast lane; the
+# whole fast lane runs there with the CUDA 13 wheel, whose CPU kernels are the same code.
+check cpu-on-torch2.14.1 "$V2141" "$CPU_WHEEL" pcgeom cpu "$( (( FULL )) && echo "not slow" || echo "ops and not slow")"
 check cu13-on-torch2.14.1 "$V2141" "$CU13_WHEEL" pcgeom-cu13 cuda
 if (( FULL )); then
   if [[ -n $CU12_WHEEL ]]; then

@@ -231,3 +231,20 @@ def test_build_record_says_where_pcgeom_came_from():
         assert build.get("origin") in ("source", "wheel"), build
     if build.get("cuda_requested") and not build.get("failed"):
         assert build["cuda_version"] and build["cuda_archs"]["cubin"], build
+
+
+def test_build_records_the_cubins_and_ptx_nvcc_is_given():
+    import importlib.util
+
+    path = ROOT / "csrc" / "build_config.py"
+    if not path.is_file():
+        pytest.skip("source tree not found (an installed wheel is under test)")
+    spec = importlib.util.spec_from_file_location("build_config", path)
+    build_config = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build_config)
+    # The flags as torch.utils.cpp_extension hands them (sorted as strings) for "7.5;9.0+PTX;10.0a".
+    flags = ["-gencode=arch=compute_100a,code=sm_100a", "-gencode=arch=compute_75,code=sm_75",
+             "-gencode=arch=compute_90,code=compute_90", "-gencode=arch=compute_90,code=sm_90"]
+    assert build_config.cuda_archs_from_flags(flags) == {"cubin": ["sm_75", "sm_90", "sm_100a"], "ptx": ["compute_90"]}
+    assert build_config.cuda_archs_from_flags(["-gencode=arch=compute_80,code=[sm_80,compute_80]", "-O3"]) \
+        == {"cubin": ["sm_80"], "ptx": ["compute_80"]}
