@@ -136,6 +136,7 @@ def _extensions():
     define = list(BUILD.DEFINES)
     cxx = list(BUILD.CXX_FLAGS_MSVC if sys.platform == "win32" else BUILD.CXX_FLAGS)
     include = [os.path.join(HERE, CSRC)]
+    link = [] if sys.platform == "win32" else list(BUILD.LINK_FLAGS)
     # csrc/ops.cpp's m.def block, generated from the op registry (pcgeom/ops/registry.py).
     BUILD.write_schema_header()
 
@@ -146,6 +147,7 @@ def _extensions():
             include_dirs=include,
             define_macros=define,
             extra_compile_args={"cxx": cxx},
+            extra_link_args=link,
             py_limited_api=True,
         )
     ]
@@ -161,6 +163,7 @@ def _extensions():
                 include_dirs=include,
                 define_macros=define + [("USE_CUDA", "1")],
                 extra_compile_args={"cxx": cxx, "nvcc": BUILD.nvcc_flags()},
+                extra_link_args=link,
                 py_limited_api=True,
             )
         )

@@ -27,6 +27,10 @@ NUMERICS = ["-ffp-contract=off"]
 # see the header for the one symbol it removes. Force-included, host and CUDA.
 GLIBC_FLOOR_HEADER = CSRC / "common" / "glibc_floor.h"
 CXX_FLAGS = ["-O3", "-std=c++17", *NUMERICS, "-fvisibility=hidden", "-include", str(GLIBC_FLOOR_HEADER)]
+# The dl* functions glibc_floor.h binds to their GLIBC_2.2.5 versions live in libdl.so.2 on
+# glibc < 2.34 (a stub on newer ones). By file name: glibc >= 2.34 has only an empty libdl.a
+# for -ldl; --no-as-needed so the linker keeps it.
+LINK_FLAGS = ["-Wl,--no-as-needed", "-l:libdl.so.2"]
 CXX_FLAGS_MSVC = ["/O2", "/std:c++17", "/fp:precise"]
 DEFINES = [("TORCH_TARGET_VERSION", TORCH_TARGET_VERSION), ("Py_LIMITED_API", PY_LIMITED_API)]
 

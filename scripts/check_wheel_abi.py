@@ -45,8 +45,8 @@ def policy_table(name: str, arch: str = "x86_64") -> tuple[dict[str, set[str]], 
     raise SystemExit(f"check_wheel_abi: policy {name!r} not in {path}")
 
 
-def needs(path: pathlib.Path) -> tuple[list[str], dict[str, set[str]]]:
-    """(DT_NEEDED libraries, {family: {version, ...}}) of one ELF file."""
+def needs(path: pathlib.Path, system_libs: set[str]) -> tuple[list[str], dict[str, set[str]]]:
+    """(DT_NEEDED libraries, {family: {version, ...}} needed from ``system_libs``) of one ELF file."""
     from elftools.elf.elffile import ELFFile
 
     with open(path, "rb") as f:
@@ -56,7 +56,9 @@ def needs(path: pathlib.Path) -> tuple[list[str], dict[str, set[str]]]:
         versions: dict[str, set[str]] = {}
         verneed = elf.get_section_by_name(".gnu.version_r")
         if verneed is not None:
-            for _, auxes in verneed.iter_versions():
+            for need, auxes in verneed.iter_versions():
+                if need.name not in system_libs:
+                    continue  # versions of torch's own libraries (libcudart.so.13, ...) are torch's business
                 for aux in auxes:
                     family, _, version = aux.name.partition("_")
                     versions.setdefault(family, set()).add(version)
@@ -72,7 +74,7 @@ def check(wheel: pathlib.Path, policy: str, torch_libs: list[str]) -> list[str]:
             problems.append(f"{wheel.name}: no shared library inside")
         for name in names:
             path = pathlib.Path(zf.extract(name, tmp))
-            libs, versions = needs(path)
+            libs, versions = needs(path, whitelist)
             highest = {fam: max(vs, key=_version_key) for fam, vs in sorted(versions.items())}
             print(f"  {name}: needs {', '.join(f'{f}_{v}' for f, v in highest.items()) or 'no versioned symbols'}")
             print(f"  {' ' * len(name)}  links {', '.join(libs)}")

@@ -16,3 +16,14 @@ static inline char pcgeom_libc_may_be_multithreaded() { return 0; }
 #define __libc_single_threaded pcgeom_libc_may_be_multithreaded()
 #endif
 #endif
+
+// torch >= 2.14's stable headers (torch/csrc/stable/macros.h) look shims up with dlsym.
+// glibc 2.34 moved dlopen/dlsym/dlclose from libdl into libc under a new version, so a
+// build on glibc >= 2.34 would need GLIBC_2.34. Bind the original GLIBC_2.2.5 versions
+// instead: libc still exports them (for old binaries), and on glibc < 2.34 libdl.so.2
+// (linked by csrc/build_config.py's LINK_FLAGS, and by torch itself) provides them.
+#if defined(__linux__) && defined(__x86_64__) && defined(__GLIBC__) && !defined(__CUDA_ARCH__)
+__asm__(".symver dlopen,dlopen@GLIBC_2.2.5");
+__asm__(".symver dlsym,dlsym@GLIBC_2.2.5");
+__asm__(".symver dlclose,dlclose@GLIBC_2.2.5");
+#endif
