@@ -17,7 +17,9 @@ skipped and the package still installs; the pure-torch path then serves (see
 * ``PCGEOM_REQUIRE_EXT=1``  any build failure is an error (CI sets it);
 * ``PCGEOM_NO_EXT=1``       skip the native build entirely;
 * ``FORCE_CUDA=1``          build the CUDA module even without a visible GPU;
-* ``PCGEOM_NO_CUDA=1``      never build the CUDA module.
+* ``PCGEOM_NO_CUDA=1``      never build the CUDA module;
+* ``PCGEOM_PREBUILT_WHEEL=1`` records the build as a prebuilt wheel (set by
+  ``scripts/build_wheels.sh``; ``pcgeom doctor`` says where pcgeom came from).
 """
 
 import glob
@@ -86,6 +88,7 @@ def _cuda_wanted(torch, cuda_home):
     return True, None
 
 
+<<<<<<< HEAD
 def _missing_compiler():
     """The plain reason when the C++ compiler torch would call is absent, else None.
 
@@ -100,11 +103,25 @@ def _missing_compiler():
         return (f"no C++ compiler found (CXX={cxx}: not on PATH); install one (Debian/Ubuntu: "
                 "apt-get install g++) and reinstall, or install a prebuilt pcgeom wheel")
     return None
+=======
+def _cuda_archs():
+    # The -gencode flags torch hands nvcc (TORCH_CUDA_ARCH_LIST, else the visible GPU,
+    # else torch's own list), as recorded facts for `pcgeom doctor`: which GPUs get a
+    # cubin, and which only a PTX JIT compile. None when torch's helper is unavailable.
+    try:
+        from torch.utils.cpp_extension import _get_cuda_arch_flags
+        flags = _get_cuda_arch_flags()
+    except Exception as exc:  # private helper: a torch without it must not fail the build
+        _say(f"could not read the CUDA architecture flags ({exc}); pcgeom doctor will not list them")
+        return None
+    return BUILD.cuda_archs_from_flags(flags)
+>>>>>>> wheels
 
 
 def _extensions():
     info = {"built_with_torch": None, "stable_abi": True, "cuda_requested": False,
-            "torch_target_version": "2.10", "skipped": None}
+            "torch_target_version": "2.10", "skipped": None,
+            "origin": "wheel" if _flag("PCGEOM_PREBUILT_WHEEL") else "source"}
     if NO_EXT:
         _say("PCGEOM_NO_EXT=1: installing without native kernels (pure-torch path)")
         info["skipped"] = "PCGEOM_NO_EXT=1"
@@ -144,6 +161,7 @@ def _extensions():
     define = list(BUILD.DEFINES)
     cxx = list(BUILD.CXX_FLAGS_MSVC if sys.platform == "win32" else BUILD.CXX_FLAGS)
     include = [os.path.join(HERE, CSRC)]
+    link = [] if sys.platform == "win32" else list(BUILD.LINK_FLAGS)
     # csrc/ops.cpp's m.def block, generated from the op registry (pcgeom/ops/registry.py).
     BUILD.write_schema_header()
 
@@ -154,12 +172,15 @@ def _extensions():
             include_dirs=include,
             define_macros=define,
             extra_compile_args={"cxx": cxx},
+            extra_link_args=link,
             py_limited_api=True,
         )
     ]
     want_cuda, why_not = _cuda_wanted(torch, CUDA_HOME)
     if want_cuda:
         info["cuda_requested"] = True
+        info["cuda_version"] = torch.version.cuda
+        info["cuda_archs"] = _cuda_archs()
         exts.append(
             CUDAExtension(
                 "pcgeom._C_cuda",
@@ -167,6 +188,7 @@ def _extensions():
                 include_dirs=include,
                 define_macros=define + [("USE_CUDA", "1")],
                 extra_compile_args={"cxx": cxx, "nvcc": BUILD.nvcc_flags()},
+                extra_link_args=link,
                 py_limited_api=True,
             )
         )
@@ -249,6 +271,7 @@ def _extensions():
         def run(self):
             super().run()
             info["failed"] = dict(OptionalBuildExt.failed)
+            info["distribution"] = self.distribution.get_name()
             # In-place (editable) builds read the file from the source tree; others from build_lib.
             _write_build_info(info, HERE if self.inplace else self.build_lib)
 

@@ -84,7 +84,9 @@ def _initialise() -> None:
                     stacklevel=3,
                 )
         if _state["extension_loaded"]:
-            cuda_err = _load_native("_C_cuda")
+            cuda_err = cuda_library_mismatch(build_info(), torch.version.cuda)
+            if cuda_err is None:
+                cuda_err = _load_native("_C_cuda")
             if cuda_err is None:
                 _state["cuda_extension_loaded"] = True
             else:
@@ -109,6 +111,35 @@ def _warn_unbuilt() -> None:
         RuntimeWarning,
         stacklevel=4,
     )
+
+
+def cuda_library_mismatch(build: dict, torch_cuda: str | None) -> str | None:
+    """Why ``pcgeom._C_cuda`` must not be loaded into this torch, or None when it may be tried.
+
+    The CUDA library links the CUDA runtime of its build (``libcudart.so.<major>``),
+    which only a torch built for that CUDA major provides.  A CPU-only torch (or a
+    CUDA wheel of the other major) therefore keeps the CPU kernels and reports why
+    the CUDA ones are absent, instead of failing in the loader.
+
+    Args:
+        build: what setup.py recorded (:func:`build_info`); ``cuda_requested`` and
+            ``cuda_version`` (e.g. ``"13.0"``) are read.
+        torch_cuda: ``torch.version.cuda`` (None for a CPU-only or ROCm torch).
+
+    Example:
+        >>> cuda_library_mismatch({"cuda_requested": True, "cuda_version": "12.8"}, "13.0")
+        'not loaded: built for CUDA 12.8, this torch has CUDA 13.0'
+        >>> cuda_library_mismatch({"cuda_requested": True, "cuda_version": "13.0"}, "13.2") is None
+        True
+    """
+    if not build.get("cuda_requested") or "pcgeom._C_cuda" in (build.get("failed") or {}):
+        return None  # nothing built (the loader then says "not built") or an old build info: just try
+    built = build.get("cuda_version")
+    if torch_cuda is None:
+        return "not loaded: this torch has no CUDA (the CPU kernels serve)"
+    if built and built.split(".")[0] != torch_cuda.split(".")[0]:
+        return f"not loaded: built for CUDA {built}, this torch has CUDA {torch_cuda}"
+    return None
 
 
 def build_info() -> dict:

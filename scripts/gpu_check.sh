@@ -2,6 +2,11 @@
 # The GPU check of pcgeom's CUDA kernels, for a machine with an NVIDIA GPU.
 # Unattended, under 8 minutes, in this order (most important first):
 #
+#   0. when dist/ holds the prebuilt CUDA wheel for this torch's CUDA major
+#      (scripts/build_wheels.sh; the device runner carries dist/, an ignored folder:
+#      run(carry=["dist"])), install THAT wheel, with no build, and check what users
+#      get: `pcgeom doctor` (its cubin covers this GPU, no PTX JIT) and tests/test_cuda.py
+#      run against the installed package from a copy of the tree without pcgeom/;
 #   1. build the package in place against the installed torch, for this GPU's
 #      architecture only (FORCE_CUDA=1, PCGEOM_REQUIRE_EXT=1);
 #   2. tests/test_cuda.py: every kernel path vs the CPU kernels, bit for bit;
@@ -65,6 +70,33 @@ finish() {
   say "done; $( [[ $FAILED == 0 ]] && echo 'all steps passed' || echo "$FAILED step(s) FAILED" )"
 }
 trap finish EXIT
+
+# ------------------------------------------------- 0. the prebuilt CUDA wheel
+CUDA_MAJOR=$("$PY" -c "import torch; print(torch.version.cuda.split('.')[0])")
+WHEEL=$(ls "$REPO"/dist/pcgeom_cu"$CUDA_MAJOR"-*-cp310-abi3-manylinux_*_x86_64.whl 2>/dev/null | head -1)
+if [[ -n $WHEEL ]]; then
+  say "installing the prebuilt wheel $(basename "$WHEEL")"
+  CHECK=$(mktemp -d -t pcgeom-gpu-wheel.XXXXXX)
+  # The tree without pcgeom/, so that every import resolves the installed wheel.
+  tar -C "$REPO" --exclude=./pcgeom --exclude=./.venv --exclude=./build --exclude=./dist -cf - . | tar -C "$CHECK" -xf -
+  # An editable install of the checkout would shadow the wheel: step 1 makes it again.
+  "$PY" -m pip uninstall -q -y pcgeom pcgeom-cu12 pcgeom-cu13 >/dev/null 2>&1 || true
+  if timeout 240 "$PY" -m pip install -q --no-deps --force-reinstall --no-cache-dir "$WHEEL" >"$LOGS/wheel.log" 2>&1 \
+     && (cd "$CHECK" && "$PY" -m pcgeom doctor --check) >>"$LOGS/wheel.log" 2>&1 \
+     && grep -q "installed from     prebuilt wheel pcgeom-cu$CUDA_MAJOR" "$LOGS/wheel.log" \
+     && grep -q "visible GPU .*covered by the sm_${ARCH/./} cubin" "$LOGS/wheel.log" \
+     && (cd "$CHECK" && PCGEOM_SOURCE_ROOT=$REPO timeout 200 "$PY" -m pytest -q -p no:cacheprovider tests/test_cuda.py) >>"$LOGS/wheel.log" 2>&1; then
+    record "prebuilt wheel $(basename "$WHEEL"): ok (doctor: $(grep 'visible GPU' "$LOGS/wheel.log" | sed 's/^ *//'); test_cuda: $(tail -1 "$LOGS/wheel.log"))"
+  else
+    FAILED=$((FAILED + 1))
+    record "prebuilt wheel $(basename "$WHEEL"): FAILED (see wheel.log)"
+    tail -40 "$LOGS/wheel.log"
+  fi
+  rm -rf "$CHECK"
+  "$PY" -m pip uninstall -q -y "pcgeom-cu$CUDA_MAJOR" >/dev/null 2>&1 || true
+else
+  record "prebuilt wheel: none in dist/ for CUDA $CUDA_MAJOR (bash scripts/build_wheels.sh, then carry dist/)"
+fi
 
 # ------------------------------------------------------------------ 1. build
 say "building (TORCH_CUDA_ARCH_LIST=$ARCH)"

@@ -11,12 +11,15 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import pathlib
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-PKG = ROOT / "pcgeom"
+# The package that `import pcgeom` finds, located without importing it: the source tree in a
+# checkout, site-packages when scripts/ci_wheels_job.sh runs the tests against an installed wheel.
+PKG = pathlib.Path(importlib.util.find_spec("pcgeom").origin).parent
+ROOT = PKG.parent
 
 
 def _modules() -> dict[str, pathlib.Path]:

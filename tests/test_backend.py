@@ -63,7 +63,10 @@ def test_the_backend_loads_libraries_and_imports_no_op():
     # _backend is the ground floor: pcgeom.ops imports it, never the other way round (no import cycle).
     import ast
 
-    tree = ast.parse((ROOT / "pcgeom" / "_backend.py").read_text())
+    import importlib.util
+
+    # The module that imports (site-packages when CI checks an installed wheel), not necessarily ROOT's.
+    tree = ast.parse(pathlib.Path(importlib.util.find_spec("pcgeom._backend").origin).read_text())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert not any(m.startswith("pcgeom") for m in imported), imported
@@ -73,8 +76,8 @@ def test_generated_schema_header_is_the_registry_s():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("build_config", ROOT / "csrc" / "build_config.py")
-    if spec is None or not (ROOT / "csrc").is_dir():
-        pytest.skip("source tree not found")
+    if spec is None or not (ROOT / "csrc").is_dir() or not (ROOT / "pcgeom" / "ops" / "registry.py").is_file():
+        pytest.skip("source tree not found (an installed wheel is under test)")
     build_config = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build_config)
     reg = build_config.registry()
@@ -239,3 +242,52 @@ def test_failed_compiler_still_installs_the_pure_torch_path(tmp_path):
                        env={k: v for k, v in os.environ.items() if k != "PCGEOM_DISABLE_EXT"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["False not built ['pcgeom._C']", "torch.Size([1, 5, 2])"]
+
+
+@pytest.mark.parametrize("build, torch_cuda, expected", [
+    ({"cuda_requested": True, "cuda_version": "13.0"}, None, "not loaded: this torch has no CUDA (the CPU kernels serve)"),
+    ({"cuda_requested": True, "cuda_version": "12.8"}, "13.0", "not loaded: built for CUDA 12.8, this torch has CUDA 13.0"),
+    ({"cuda_requested": True, "cuda_version": "13.0"}, "12.8", "not loaded: built for CUDA 13.0, this torch has CUDA 12.8"),
+    ({"cuda_requested": True, "cuda_version": "13.0"}, "13.2", None),  # same major: one libcudart.so.13
+    ({"cuda_requested": True, "cuda_version": "13.0", "failed": {"pcgeom._C_cuda": "nvcc"}}, None, None),  # nothing to load
+    ({"cuda_requested": False}, "13.0", None),
+    ({}, None, None),  # no record: the loader decides
+])
+def test_cuda_library_loads_only_into_a_torch_of_its_cuda_major(build, torch_cuda, expected):
+    from pcgeom._backend import cuda_library_mismatch
+
+    assert cuda_library_mismatch(build, torch_cuda) == expected
+
+
+def test_build_record_says_where_pcgeom_came_from():
+    # setup.py records the origin; scripts/ci_wheels_job.sh sets PCGEOM_EXPECT_BUILD_ORIGIN=wheel
+    # (and the distribution) when it runs this file against an installed prebuilt wheel.
+    build = INFO["build"]
+    expected = os.environ.get("PCGEOM_EXPECT_BUILD_ORIGIN")
+    if expected:
+        assert build.get("origin") == expected, build
+        dist = os.environ.get("PCGEOM_EXPECT_DISTRIBUTION")
+        assert dist is None or build.get("distribution") == dist, build
+        if expected == "wheel":
+            assert "site-packages" in pathlib.Path(pcgeom.__file__).parts, pcgeom.__file__
+    elif INFO["extension_loaded"] and build.get("built_with_torch"):
+        assert build.get("origin") in ("source", "wheel"), build
+    if build.get("cuda_requested") and not build.get("failed"):
+        assert build["cuda_version"] and build["cuda_archs"]["cubin"], build
+
+
+def test_build_records_the_cubins_and_ptx_nvcc_is_given():
+    import importlib.util
+
+    path = ROOT / "csrc" / "build_config.py"
+    if not path.is_file():
+        pytest.skip("source tree not found (an installed wheel is under test)")
+    spec = importlib.util.spec_from_file_location("build_config", path)
+    build_config = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build_config)
+    # The flags as torch.utils.cpp_extension hands them (sorted as strings) for "7.5;9.0+PTX;10.0a".
+    flags = ["-gencode=arch=compute_100a,code=sm_100a", "-gencode=arch=compute_75,code=sm_75",
+             "-gencode=arch=compute_90,code=compute_90", "-gencode=arch=compute_90,code=sm_90"]
+    assert build_config.cuda_archs_from_flags(flags) == {"cubin": ["sm_75", "sm_90", "sm_100a"], "ptx": ["compute_90"]}
+    assert build_config.cuda_archs_from_flags(["-gencode=arch=compute_80,code=[sm_80,compute_80]", "-O3"]) \
+        == {"cubin": ["sm_80"], "ptx": ["compute_80"]}

@@ -273,9 +273,11 @@ def test_plot_script_draws_every_plot_from_the_results_files(tmp_path):
 
 # --------------------------------------------------------------------------- the docstrings' examples
 # Every module whose docstrings hold a doctest (the API reference shows them as the Example of each entry).
+# Found where `import pcgeom` finds them (site-packages when CI checks an installed wheel).
+_PKG = Path(importlib.util.find_spec("pcgeom").origin).parent
 DOCTEST_MODULES = sorted(
-    ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-    for p in (ROOT / "pcgeom").glob("**/*.py")
+    ".".join(p.relative_to(_PKG.parent).with_suffix("").parts).removesuffix(".__init__")
+    for p in _PKG.glob("**/*.py")
     if ">>>" in p.read_text(encoding="utf-8")
 )
 

@@ -51,6 +51,7 @@ import math
 
 import torch
 from torch import nn
+from torch.fx.experimental.symbolic_shapes import guard_or_false
 
 from pcgeom import _validation as V
 from pcgeom._pointnet2_kernel import NEAR_ORIGIN, priority, strict_radius
@@ -130,7 +131,9 @@ def furthest_point_sample(xyz: torch.Tensor, npoint: int) -> torch.Tensor:
     fn = "furthest_point_sample"
     _check_xyz(fn, "xyz", xyz, "(B, N, 3)")
     npoint = V.check_int(fn, "npoint", npoint, minimum=1)
-    if npoint > xyz.shape[1]:
+    # guard_or_false: eager sizes are plain ints (the check is exact); torch 2.10's export traces a
+    # slice such as x[:, :12] to an unbacked size it cannot compare, and must not stop there.
+    if guard_or_false(npoint > xyz.shape[1]):
         raise ValueError(f"{fn}: npoint={npoint} exceeds the number of points N={xyz.shape[1]} (xyz shape {V.shape_str(xyz)})")
     idx = _pointnet2_fps_native(xyz, npoint)
     if idx is None:
