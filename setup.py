@@ -88,7 +88,6 @@ def _cuda_wanted(torch, cuda_home):
     return True, None
 
 
-<<<<<<< HEAD
 def _missing_compiler():
     """The plain reason when the C++ compiler torch would call is absent, else None.
 
@@ -103,7 +102,8 @@ def _missing_compiler():
         return (f"no C++ compiler found (CXX={cxx}: not on PATH); install one (Debian/Ubuntu: "
                 "apt-get install g++) and reinstall, or install a prebuilt pcgeom wheel")
     return None
-=======
+
+
 def _cuda_archs():
     # The -gencode flags torch hands nvcc (TORCH_CUDA_ARCH_LIST, else the visible GPU,
     # else torch's own list), as recorded facts for `pcgeom doctor`: which GPUs get a
@@ -115,7 +115,6 @@ def _cuda_archs():
         _say(f"could not read the CUDA architecture flags ({exc}); pcgeom doctor will not list them")
         return None
     return BUILD.cuda_archs_from_flags(flags)
->>>>>>> wheels
 
 
 def _extensions():
