@@ -236,3 +236,27 @@ def test_group_keeps_every_column_in_its_type_and_colours_by_patch(tmp_path, cap
     res = torch.load(out / "scan_patches.pt", weights_only=True)
     pts32 = torch.from_numpy(np.stack([c[2] for c in cols[:3]], 1)).float()  # grouped in float32, as before
     assert torch.equal(res["neighborhoods"], pts32[res["idx"]] - res["centers"][:, None])
+
+
+def test_a_folder_that_cannot_be_listed_is_reported_not_a_traceback(tmp_path, capsys, monkeypatch):
+    # Found by the long CLI fuzz run: `pcgeom preprocess /` walked into /proc/1/cwd and ended in a
+    # PermissionError traceback. An unreadable folder is now one line of the report; the rest is processed.
+    import os
+
+    src = tmp_path / "scans"
+    (src / "a").mkdir(parents=True)
+    (src / "locked").mkdir()
+    write_ply(src / "a" / "x.ply", torch.rand(50, 3))
+    real = os.scandir
+
+    def scandir(path="."):
+        if os.fspath(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    assert cli.main(["preprocess", str(src), "--out", str(tmp_path / "out"), "--voxel", "0.1"]) == 1
+    cap = capsys.readouterr()
+    assert "1 of 1 file written" in cap.out, cap.out
+    assert f"{src / 'locked'}: cannot read this folder inside {src}: Permission denied" in cap.err, cap.err
+    assert "Traceback" not in cap.err

@@ -109,6 +109,36 @@ def read_typed(src):
     return types, read_ply(src, dtype=torch.float64 if wide else torch.float32)
 
 
+_UNREADABLE_SHOWN = 5  # a folder such as / holds thousands of unreadable ones: name a few, count the rest
+
+
+def ply_files(folder):
+    """``(sorted .ply files under folder, [(subfolder, reason)] that could not be read)``.
+
+    Symbolic links to folders are not followed (as ``Path.rglob`` does not); a folder that cannot be
+    listed (no permission, removed meanwhile) is reported instead of ending the walk with a traceback."""
+    import os
+    from pathlib import Path
+
+    unreadable = []
+
+    def skip(exc):
+        unreadable.append((Path(exc.filename) if exc.filename else folder, exc.strerror or str(exc)))
+
+    found = []
+    for root, dirs, names in os.walk(folder, onerror=skip):
+        dirs.sort()
+        for name in names:
+            q = Path(root) / name
+            if q.suffix.lower() == ".ply":
+                try:
+                    if q.is_file():
+                        found.append(q)
+                except OSError as exc:
+                    unreadable.append((q, exc.strerror or str(exc)))
+    return sorted(found), unreadable
+
+
 def collect_inputs(inputs, out):
     """(source path, output stem relative to --out) for every PLY file; plus (input, error) for bad inputs.
 
@@ -127,8 +157,12 @@ def collect_inputs(inputs, out):
     for raw in inputs:
         p = Path(raw)
         if p.is_dir():
-            plys = sorted(q for q in p.rglob("*") if q.is_file() and q.suffix.lower() == ".ply"
-                          and not any(is_partial(part) for part in q.relative_to(p).parts))
+            plys, unreadable = ply_files(p)
+            plys = [q for q in plys if not any(is_partial(part) for part in q.relative_to(p).parts)]
+            for folder, why in unreadable[:_UNREADABLE_SHOWN]:
+                errors.append((str(folder), f"cannot read this folder inside {raw}: {why}"))
+            if len(unreadable) > _UNREADABLE_SHOWN:
+                errors.append((raw, f"and {len(unreadable) - _UNREADABLE_SHOWN:,} more folders inside it cannot be read"))
             holds_out = out.is_relative_to(p.resolve())
             files = [q for q in plys if not (holds_out and q.resolve().is_relative_to(out))]
             if not plys:
