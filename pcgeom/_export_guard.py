@@ -25,7 +25,14 @@ __all__ = ["exporting", "require", "require_op"]
 
 
 def exporting() -> bool:
-    """Whether the caller is being traced by ``torch.export`` (``torch.onnx.export(dynamo=True)`` included)."""
+    """Whether the caller is being traced by ``torch.export`` (``torch.onnx.export(dynamo=True)`` included).
+
+    False inside a dynamo trace (``torch.compile``): torch 2.10's dynamo cannot trace
+    ``torch.compiler.is_exporting()`` ("torch.* op returned non-Tensor") and the checks are
+    for exported files only; :func:`pcgeom.onnx.export` traces non-strictly, outside dynamo.
+    """
+    if torch.compiler.is_dynamo_compiling():
+        return False
     return torch.compiler.is_exporting()
 
 
@@ -40,6 +47,15 @@ def require_op(x: torch.Tensor, ok: torch.Tensor, message: str) -> torch.Tensor:
 @require_op.register_fake
 def _require_fake(x, ok, message):
     return torch.empty_like(x)
+
+
+def _require_backward(ctx, grad):
+    # The check passes x through unchanged, so its gradient passes through too (a graph that is
+    # traced for export and then differentiated must not fail on it).
+    return grad, None, None
+
+
+require_op.register_autograd(_require_backward)
 
 
 def require(x: torch.Tensor, ok: torch.Tensor, message: str) -> torch.Tensor:
