@@ -19,20 +19,41 @@ behaviour.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
-__all__ = ["exporting", "require", "require_op"]
+__all__ = ["exporting", "onnx_export_scope", "require", "require_op"]
+
+_ONNX_EXPORT = False
+
+
+@contextlib.contextmanager
+def onnx_export_scope():
+    """Marks a :func:`pcgeom.onnx.export` call, so that its dynamo (strict) trace keeps the checks too.
+
+    torch.onnx traces non-strictly first and falls back to a strict, dynamo trace when the
+    first fails on a data-dependent size (the packed layout's padded length is one); under
+    dynamo :func:`exporting` cannot ask torch and reads this flag instead.
+    """
+    global _ONNX_EXPORT
+    before, _ONNX_EXPORT = _ONNX_EXPORT, True
+    try:
+        yield
+    finally:
+        _ONNX_EXPORT = before
 
 
 def exporting() -> bool:
     """Whether the caller is being traced by ``torch.export`` (``torch.onnx.export(dynamo=True)`` included).
 
-    False inside a dynamo trace (``torch.compile``): torch 2.10's dynamo cannot trace
-    ``torch.compiler.is_exporting()`` ("torch.* op returned non-Tensor") and the checks are
-    for exported files only; :func:`pcgeom.onnx.export` traces non-strictly, outside dynamo.
+    Inside a dynamo trace: only under :func:`onnx_export_scope` (:func:`pcgeom.onnx.export`'s
+    strict fallback). torch 2.10's dynamo cannot trace ``torch.compiler.is_exporting()``
+    ("torch.* op returned non-Tensor"), and ``torch.compile`` keeps pcgeom's documented
+    compiled behaviour: the checks are for exported files only.
     """
     if torch.compiler.is_dynamo_compiling():
-        return False
+        return _ONNX_EXPORT
     return torch.compiler.is_exporting()
 
 

@@ -500,3 +500,38 @@ def test_pyg_lib_stand_in_knn_exports_for_one_cloud_and_refuses_the_rest_by_name
             warnings.simplefilter("ignore")
             with pytest.raises(pxo.ExportError, match=match):
                 pxo.export(_Fn(f), args)
+
+
+def test_pointnet2_ops_fps_refuses_npoint_above_n_at_run_time():
+    # Eager raises ValueError for npoint > N; the exported file stopped inside its Loop (B >= 1) or answered
+    # an empty (0, npoint) result (B = 0).
+    from pcgeom.compat import pointnet2_ops
+
+    fn = lambda p: pointnet2_ops.furthest_point_sample(p, 4)  # noqa: E731
+    run = _export(fn, torch.rand(2, 16, 3))
+    for shape in [(2, 3, 3), (1, 1, 3), (0, 2, 3), (2, 0, 3)]:
+        with pytest.raises(ValueError, match="exceeds the number of points"):
+            fn(torch.rand(*shape))
+        msg = _ort_error(run, torch.rand(*shape))
+        assert "pcgeom check failed: furthest_point_sample: npoint=4 exceeds the number of points N" in msg, msg
+    for shape in [(2, 4, 3), (3, 9, 3), (0, 9, 3)]:  # N >= npoint (and B = 0) answer, as eager does
+        x = torch.rand(*shape)
+        _equal(run(x)[0], fn(x), f"furthest_point_sample {shape}")
+
+
+def test_packed_offsets_are_checked_at_run_time():
+    # Eager refuses offsets of no cloud, decreasing offsets and a last offset that is not the row count; the
+    # exported file stopped in a Concat (B = 0) or answered with clouds cut at the wrong rows.
+    fn = lambda o, c: pcgeom.knn(o, o, 4, query_offsets=c, points_offsets=c)  # noqa: E731
+    run = _export(fn, torch.rand(12, 3), torch.tensor([5, 12]))
+    cases = [(torch.rand(0, 3), torch.zeros(0, dtype=torch.int64), "must have shape (B,) with B >= 1"),
+             (torch.rand(9, 3), torch.tensor([6, 4, 9]), "non-decreasing"),
+             (torch.rand(9, 3), torch.tensor([4, 8]), "must equal the number of packed rows")]
+    for o, c, eager in cases:
+        with pytest.raises(ValueError, match=eager.replace("(", r"\(").replace(")", r"\)")):
+            fn(o, c)
+        msg = _ort_error(run, o, c)
+        assert "pcgeom check failed: knn: query_offsets must" in msg, msg
+    for o, c in [(torch.rand(9, 3), torch.tensor([4, 9])), (torch.rand(7, 3), torch.tensor([0, 7, 7]))]:
+        for a, b in zip(run(o, c), fn(o, c)):
+            _equal(a, b, f"packed knn {c.tolist()}")

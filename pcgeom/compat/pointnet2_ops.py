@@ -54,6 +54,7 @@ from torch import nn
 from torch.fx.experimental.symbolic_shapes import guard_or_false
 
 from pcgeom import _validation as V
+from pcgeom._export_guard import exporting, require
 from pcgeom._pointnet2_kernel import NEAR_ORIGIN, priority, strict_radius
 from pcgeom._pointnet2_kernel import fps as pointnet2_fps_unchecked
 from pcgeom.ops import ball_query as _pc_ball_query
@@ -135,6 +136,9 @@ def furthest_point_sample(xyz: torch.Tensor, npoint: int) -> torch.Tensor:
     # slice such as x[:, :12] to an unbacked size it cannot compare, and must not stop there.
     if guard_or_false(npoint > xyz.shape[1]):
         raise ValueError(f"{fn}: npoint={npoint} exceeds the number of points N={xyz.shape[1]} (xyz shape {V.shape_str(xyz)})")
+    if exporting():  # the check above, kept in an exported graph for every later N
+        xyz = require(xyz, torch.scalar_tensor(xyz.shape[1], dtype=torch.int64) >= npoint,
+                      f"{fn}: npoint={npoint} exceeds the number of points N (xyz must have N >= {npoint})")
     idx = _pointnet2_fps_native(xyz, npoint)
     if idx is None:
         idx = pointnet2_fps_unchecked(xyz, npoint)

@@ -26,6 +26,8 @@ import warnings
 
 import torch
 
+from pcgeom._export_guard import onnx_export_scope
+
 __all__ = ["OPSET", "ExportError", "export", "optimize_preserving", "translation_table", "require"]
 
 #: The one ONNX opset every exported file uses (default domain only).
@@ -361,11 +363,12 @@ def export(model, args, f=None, *, kwargs=None, dynamic_shapes=None, opset_versi
     save = {k: torch_onnx_kwargs.pop(k) for k in ("external_data", "export_params", "keep_initializers_as_inputs")
             if k in torch_onnx_kwargs}
     try:
-        program = torch.onnx.export(
-            model, args, None, kwargs=kwargs, dynamo=True, custom_translation_table=table,
-            dynamic_shapes=dynamic_shapes, opset_version=opset_version, optimize=optimize == "torch",
-            **torch_onnx_kwargs,
-        )
+        with onnx_export_scope():
+            program = torch.onnx.export(
+                model, args, None, kwargs=kwargs, dynamo=True, custom_translation_table=table,
+                dynamic_shapes=dynamic_shapes, opset_version=opset_version, optimize=optimize == "torch",
+                **torch_onnx_kwargs,
+            )
     except Exception as exc:
         cause = exc
         while cause is not None:

@@ -549,18 +549,19 @@ def require_translation(x, ok, message: str):
 
     Standard ONNX has no ``Assert``; a ``Reshape`` whose target shape every
     runtime must validate plays its part: ``Reshape(x, Shape(x))`` (a no-op)
-    when no element of ``ok`` is False, ``Reshape(x, [-1, -1, ...])`` (invalid:
-    at most one ``-1``) otherwise.  ``x`` needs rank >= 2, which every checked
-    input has.  onnxruntime then fails with "Non-zero status code returned
-    while running Reshape node. Name:'<message>' ... At most one dimension can
-    be -1"; :func:`pcgeom.onnx.export` names the node (``metadata_props``
-    ``CHECK_KEY``).  An empty ``ok`` holds (no element is False).
+    when no element of ``ok`` is False, ``Reshape(x, [-2, -2, ...])`` (invalid
+    at every rank >= 1: no dimension may be below ``-1``; ``[-1]`` would
+    be a valid reshape of a 1-D ``x`` such as packed offsets) otherwise.
+    onnxruntime then fails with "Non-zero status code returned while running
+    Reshape node. Name:'<message>' ..."; :func:`pcgeom.onnx.export` names the
+    node (``metadata_props`` ``CHECK_KEY``).  An empty ``ok`` holds (no
+    element is False).
     """
     bad_count = op.ReduceSum(op.Reshape(op.Cast(op.Not(ok), to=_INT64), _const([-1], np.int64)),
                              _const([0], np.int64), keepdims=0)
     holds = op.Equal(bad_count, _const(0, np.int64))
     shape = op.Shape(x)
-    invalid = op.Expand(_const([-1], np.int64), op.Shape(shape))
+    invalid = op.Expand(_const([-2], np.int64), op.Shape(shape))
     out = op.Reshape(x, op.Where(holds, shape, invalid))
     out.producer().metadata_props[CHECK_KEY] = message
     return out

@@ -30,6 +30,7 @@ from __future__ import annotations
 import torch
 
 from pcgeom import _validation as V
+from pcgeom._export_guard import exporting, require
 
 
 
@@ -78,6 +79,15 @@ def offsets_arg(fn: str, name: str, offsets, n_total: int, device) -> torch.Tens
             raise ValueError(
                 f"{fn}: {name}[-1] must equal the number of packed rows {n_total}, got {last}"
             )
+    elif exporting():
+        # Eager refuses these offsets above; an exported file checks them at run time instead of
+        # stopping in a Concat (no cloud) or answering with clouds cut at the wrong rows.
+        offsets = require(offsets, torch.scalar_tensor(offsets.shape[0], dtype=torch.int64) >= 1,
+                          f"{fn}: {name} must have shape (B,) with B >= 1 (cumulative end offsets), got B=0")
+        steps = torch.diff(offsets, prepend=offsets.new_zeros(1))
+        ok = torch.cat([steps >= 0, offsets[-1:] == n_total])
+        offsets = require(offsets, ok, f"{fn}: {name} must be non-decreasing cumulative end offsets starting at "
+                          f">= 0 whose last equals the number of packed rows")
     return offsets
 
 
