@@ -41,9 +41,9 @@ def add_arguments(p) -> None:
     p.add_argument("--renderer", default="auto", choices=["auto", "open3d", "matplotlib"], help="picture backend for --png")
     p.add_argument("--memory", type=memory_gb, default=None, metavar="GB",
                    help="memory budget in GB (default: half of the memory available when the run starts).  A file "
-                   "whose in-memory run would need more (its vertex count x (4 x its row size + 48) bytes, from the "
-                   "header) is grouped streamed: same outputs, about 40 bytes a point plus chunks; --png then draws "
-                   "at most 200,000 points plus the patches")
+                   "whose in-memory run would need more (its vertex count x (2 x its row size + 40) bytes, from the "
+                   "header) is grouped streamed, with the same outputs, in about 48 bytes a point plus chunks; --png "
+                   "then draws at most 200,000 points plus the patches.  Python and torch take ~0.25 GB on top")
 
 
 def memory_gb(text: str) -> float:

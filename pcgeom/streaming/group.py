@@ -33,16 +33,17 @@ from pcgeom.io.output import publish, temporary_path
 from pcgeom.ops import farthest_point_sample, knn_streamed
 from pcgeom.ops.streamed import DEFAULT_BLOCK_POINTS
 
-#: Bytes a point the streamed path holds whole: float32 coordinates (12), then the FPS distance (4)
-#: or the KNN's tile permutation (8) with the transients of cutting the tiles (about 20 more).
-STREAMED_BYTES_PER_POINT = 40
+#: Bytes a point the streamed path holds whole: float32 coordinates (12), the FPS op's working arrays,
+#: the KNN's tile permutation (8) and the transients of cutting the tiles (42 measured, with a margin).
+STREAMED_BYTES_PER_POINT = 48
 #: The in-memory command's peak, per point: this many times the vertex row's stored size ...
-IN_MEMORY_ROW_FACTOR = 4
-#: ... plus this many bytes (float32 copy, FPS distance, labels, colours, the written row's extras).
-IN_MEMORY_BYTES_PER_POINT = 48
+IN_MEMORY_ROW_FACTOR = 2
+#: ... plus this many bytes (float32 copy, FPS, labels, colours); fitted to peak RSS at 10^6 points
+#: for rows of 12, 27 and 43 bytes (64, 88 and 126 MB).
+IN_MEMORY_BYTES_PER_POINT = 40
 #: The most points drawn in the ``--png`` picture of a streamed run (besides the patch members).
 PNG_POINTS = 200_000
-_FLOOR = 1 << 18  # bytes: the smallest chunks (1024 rows) and tiles (256 points) the budget must leave room for
+_FLOOR = 1 << 20  # bytes: the smallest chunks (1024 rows) and tiles (1024 points) the budget must leave room for
 
 _PLY_SIZE = {"char": 1, "uchar": 1, "short": 2, "ushort": 2, "int": 4, "uint": 4, "float": 4, "double": 8}
 _REPLACED = ("red", "green", "blue", "patch")  # the columns the patch colours and labels take over
@@ -67,7 +68,7 @@ def in_memory_bytes(path) -> int:
 
     From the header alone: ``N * (IN_MEMORY_ROW_FACTOR * row + IN_MEMORY_BYTES_PER_POINT)`` with ``N``
     the declared vertex count and ``row`` the vertex row's stored size (:func:`row_bytes`; ``27`` for
-    float xyz, float normals, uchar colours, which gives 156 bytes a point).  The in-memory command
+    float xyz, float normals, uchar colours, which gives 94 bytes a point).  The in-memory command
     holds the decoded rows, their tensors, a float32 copy, the labels and colours, and the rows it
     writes, all at once.
     """
@@ -91,12 +92,12 @@ def _sizes(fn, src, n, row, memory_bytes, block_points, chunk_points) -> tuple[i
     left = None
     if memory_bytes is not None:
         need = streamed_bytes(n)
-        # the smallest chunks and tiles below still cost about 0.25 MB; a budget without it cannot run
+        # the smallest chunks and tiles below still cost about 1 MB; a budget without it cannot run
         if memory_bytes < need + _FLOOR:
             raise ValueError(
                 f"{fn}: a memory budget of {_gb(memory_bytes)} is too small to group {src} streamed: its "
                 f"{n:,} points need about {_gb(need + _FLOOR)} ({STREAMED_BYTES_PER_POINT} bytes a point for the "
-                f"coordinates and the FPS and tile arrays, plus 0.25 MB of chunks and tiles); give at least that")
+                f"coordinates and the FPS and tile arrays, plus 1 MB of chunks and tiles); give at least that")
         left = memory_bytes - need
     if chunk_points is None:
         # a chunk is held as the decoded rows, their tensors and the written record: about 4 rows + 16 bytes
@@ -105,7 +106,7 @@ def _sizes(fn, src, n, row, memory_bytes, block_points, chunk_points) -> tuple[i
     if block_points is None:
         # a KNN search holds up to 8 blocks of candidates, ~40 bytes each with their gathered copies
         block_points = DEFAULT_BLOCK_POINTS if left is None else left // 2 // (8 * 40)
-        block_points = int(min(max(block_points, 256), DEFAULT_BLOCK_POINTS))
+        block_points = int(min(max(block_points, 1024), DEFAULT_BLOCK_POINTS))
     return block_points, chunk_points
 
 
@@ -172,7 +173,7 @@ def group_streamed(src, ply_path, pt_path, n_centers: int, k: int, *, png_path=N
     ``.pt`` last, so an interrupted run (even SIGKILL) never leaves a half-written output under its
     name: at most a hidden ``*.pcgeom-partial*`` file.
 
-    Memory: ``N * STREAMED_BYTES_PER_POINT`` (40) bytes for the O(N) arrays, plus the chunks and
+    Memory: ``N * STREAMED_BYTES_PER_POINT`` (48) bytes for the O(N) arrays, plus the chunks and
     tiles: ``chunk_points`` rows and ``block_points``-point tiles (taken from ``memory_bytes`` when
     not given), plus O(G * k) for the patches.
 
@@ -182,7 +183,7 @@ def group_streamed(src, ply_path, pt_path, n_centers: int, k: int, *, png_path=N
         n_centers: G, an int in ``[1, N]``.
         k: points per patch, an int in ``[1, N]``.
         png_path: also draw the picture there (``renderer`` as ``render_neighbourhoods``' backend).
-        memory_bytes: the budget; raises ValueError when it cannot hold the O(N) arrays and 0.25 MB of chunks and tiles.
+        memory_bytes: the budget; raises ValueError when it cannot hold the O(N) arrays and 1 MB of chunks and tiles.
         block_points: tile size of the KNN (:func:`pcgeom.knn_streamed`).
         chunk_points: rows per chunk read and written.
         device: where FPS and KNN run (default CPU); the coordinates live there.
