@@ -315,3 +315,40 @@ def test_under_an_address_space_limit_only_the_streamed_path_finishes(tmp_path):
                         capture_output=True, text=True, timeout=120)
     assert st.returncode == 0, st.stdout + st.stderr
     _same_outputs(ref_ply, ref_pt, tmp_path / "b" / "big_patches.ply", tmp_path / "b" / "big_patches.pt")
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_share_the_files_on_the_streamed_path(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    for i in range(3):
+        _scan(src / f"s{i}.ply", seed=20 + i)
+    budget = f"{_gap_budget(src / 's0.ply'):.9f}"
+    opts = ["--centers", "32", "--k", "16"]
+    assert main(["group", str(src), "--out", str(tmp_path / "ref"), *opts, "--memory", "1000"]) == 0
+    out = tmp_path / "out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    if Path("/sys/class/net/lo").exists():
+        env["GLOO_SOCKET_IFNAME"] = "lo"  # loopback only
+    hook = tmp_path / "hook"  # every rank records that it took the streamed path, and for which file
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(textwrap.dedent(f"""
+        import os, pcgeom.streaming as S
+        real = S.group_streamed
+        def group_streamed(src, *a, **kw):
+            open(os.path.join({str(tmp_path)!r}, "streamed-" + os.environ["RANK"] + "-" + os.path.basename(src)),
+                 "w").close()
+            return real(src, *a, **kw)
+        S.group_streamed = group_streamed
+    """))
+    env["PYTHONPATH"] = f"{hook}{os.pathsep}{ROOT}"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "pcgeom",
+           "group", str(src), "--out", str(out), *opts, "--memory", budget]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "3 of 3 files grouped" in r.stdout and "on 2 ranks" in r.stdout
+    assert sorted(p.name for p in tmp_path.glob("streamed-*")) == [
+        "streamed-0-s0.ply", "streamed-0-s2.ply", "streamed-1-s1.ply"]
+    for i in range(3):
+        _same_outputs(tmp_path / "ref" / f"s{i}_patches.ply", tmp_path / "ref" / f"s{i}_patches.pt",
+                      out / f"s{i}_patches.ply", out / f"s{i}_patches.pt")
