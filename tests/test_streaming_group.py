@@ -73,6 +73,13 @@ CASES = {
     # exact duplicates: five copies of every point, shuffled; zero-distance ties inside every patch
     "duplicates": (lambda: torch.rand(400, 3, generator=_gen(5)).repeat(5, 1)[torch.randperm(2000, generator=_gen(6))],
                    30, 12, 32, 250),
+    # two points whose squared distance underflows to 0 (distinct, yet a "duplicate" to the kernels): FPS picks
+    # the higher-indexed one as a centre, the plain KNN puts the lower one first, group_patches moves the centre up
+    "underflow_twins": (lambda: torch.tensor([[-1e-22, 0, 0], [0, 0, 0], [2e-23, 0, 0]] + [[5 + i, 0, 0] for i in range(5)]),
+                        8, 3, 2, 3),
+    # ... and with k = 1 the lower twin fills the whole patch: the centre replaces it
+    "underflow_twins_k1": (lambda: torch.tensor([[-1e-22, 0, 0], [0, 0, 0], [2e-23, 0, 0]] + [[5 + i, 0, 0] for i in range(5)]),
+                           8, 1, 2, 3),
     # three tight clusters far apart: most of space is empty, tiles hug the clusters
     "clusters": (lambda: torch.cat([torch.randn(900, 3, generator=_gen(7)) * 0.01 + torch.tensor(c, dtype=torch.float32)
                                     for c in ([0, 0, 0], [50, 0, 0], [0, 0, -80])]), 12, 40, 32, 400),

@@ -11,4 +11,4 @@ equal to the in-memory calls bit for bit) and the chunked PLY I/O of :mod:`pcgeo
 """
 
 # streamed grouping (pcgeom group above its memory budget)
-from pcgeom.streaming.group import GroupedFile, group_streamed, in_memory_bytes, streamed_bytes  # noqa: E402
+from pcgeom.streaming.group import GroupedFile, group_streamed, in_memory_bytes, streamed_bytes

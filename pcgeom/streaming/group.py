@@ -110,6 +110,18 @@ def _sizes(fn, src, n, row, memory_bytes, block_points, chunk_points) -> tuple[i
     return block_points, chunk_points
 
 
+def _center_first(idx: torch.Tensor, center_idx: torch.Tensor) -> torch.Tensor:
+    """Each centre at slot 0 of its row, the entries before it shifted by one, as :func:`pcgeom.group_patches`
+    does.  Only a lower-indexed point at computed distance 0 can precede a centre: an exact duplicate (never
+    with exact FPS, which picks the lowest of duplicates) or a distinct point whose squared distance
+    underflows to 0 (|p - q| below about 2.6e-23 in float32)."""
+    k = idx.shape[-1]
+    c = center_idx[:, None]
+    slot = torch.arange(k, device=idx.device)
+    where_c = torch.where(idx == c, slot, k).amin(dim=-1, keepdim=True)  # k: pushed out of its own patch
+    return torch.where(slot <= where_c, torch.cat([c, idx[:, :-1]], dim=-1), idx)
+
+
 def _winners(idx: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """``(points, patch)``: every point in some patch, ascending, with the last patch that holds it.
 
@@ -258,8 +270,7 @@ def group_streamed(src, ply_path, pt_path, n_centers: int, k: int, *, png_path=N
     center_idx = farthest_point_sample(pts[None], n_centers)[0]
     centers = pts.index_select(0, center_idx)
     _, idx = knn_streamed(centers, pts, k, block_points=block_points, progress=progress)
-    # group_patches moves each centre to slot 0 when a lower-indexed exact duplicate precedes it; exact FPS
-    # (ties to the lowest index) only ever picks the lowest of duplicates, so the KNN already has it there.
+    idx = _center_first(idx, center_idx)
     neighborhoods = pts.index_select(0, idx.reshape(-1)).view(n_centers, k, 3).sub_(centers[:, None])
     result = {"centers": centers.cpu(), "center_idx": center_idx.cpu(), "idx": idx.cpu(),
               "neighborhoods": neighborhoods.cpu()}
