@@ -359,3 +359,12 @@ def test_torchrun_ranks_share_the_files_on_the_streamed_path(tmp_path):
     for i in range(3):
         _same_outputs(tmp_path / "ref" / f"s{i}_patches.ply", tmp_path / "ref" / f"s{i}_patches.pt",
                       out / f"s{i}_patches.ply", out / f"s{i}_patches.pt")
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "nan", "inf", "lots"])
+def test_memory_must_be_a_positive_number_of_gb(tmp_path, capsys, bad):
+    with pytest.raises(SystemExit) as exc:
+        main(["group", str(tmp_path / "a.ply"), "--centers", "1", "--k", "1", "--out", str(tmp_path), "--memory", bad])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --memory: expected a number of GB > 0, got" in err and bad in err

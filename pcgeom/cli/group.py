@@ -43,7 +43,8 @@ def add_arguments(p) -> None:
                    help="memory budget in GB (default: half of the memory available when the run starts).  A file "
                    "whose in-memory run would need more (its vertex count x (2 x its row size + 40) bytes, from the "
                    "header) is grouped streamed, with the same outputs, in about 48 bytes a point plus chunks; --png "
-                   "then draws at most 200,000 points plus the patches.  Python and torch take ~0.25 GB on top")
+                   "then draws at most 200,000 points plus the patches.  Python and torch take ~0.25 GB on top; under "
+                   "torchrun the budget is each rank's")
 
 
 def memory_gb(text: str) -> float:
