@@ -60,6 +60,10 @@ def _lattice(n_side, dtype=torch.float32):
     return torch.cartesian_prod(r, r, r)
 
 
+def _twins():
+    return torch.tensor([[-1e-22, 0, 0], [0, 0, 0], [2e-23, 0, 0]] + [[5 + i, 0, 0] for i in range(5)])
+
+
 CASES = {
     # name: (points, G, k, block_points, chunk_points)
     "uniform": (lambda: torch.rand(3000, 3, generator=_gen(0)), 32, 16, 64, 700),
@@ -75,11 +79,9 @@ CASES = {
                    30, 12, 32, 250),
     # two points whose squared distance underflows to 0 (distinct, yet a "duplicate" to the kernels): FPS picks
     # the higher-indexed one as a centre, the plain KNN puts the lower one first, group_patches moves the centre up
-    "underflow_twins": (lambda: torch.tensor([[-1e-22, 0, 0], [0, 0, 0], [2e-23, 0, 0]] + [[5 + i, 0, 0] for i in range(5)]),
-                        8, 3, 2, 3),
+    "underflow_twins": (_twins, 8, 3, 2, 3),
     # ... and with k = 1 the lower twin fills the whole patch: the centre replaces it
-    "underflow_twins_k1": (lambda: torch.tensor([[-1e-22, 0, 0], [0, 0, 0], [2e-23, 0, 0]] + [[5 + i, 0, 0] for i in range(5)]),
-                           8, 1, 2, 3),
+    "underflow_twins_k1": (_twins, 8, 1, 2, 3),
     # three tight clusters far apart: most of space is empty, tiles hug the clusters
     "clusters": (lambda: torch.cat([torch.randn(900, 3, generator=_gen(7)) * 0.01 + torch.tensor(c, dtype=torch.float32)
                                     for c in ([0, 0, 0], [50, 0, 0], [0, 0, -80])]), 12, 40, 32, 400),
@@ -208,7 +210,8 @@ def test_bad_inputs_are_reported_with_nothing_written(tmp_path, capsys):
     _scan(tmp_path / "good.ply", n=3000)
     raw = (tmp_path / "good.ply").read_bytes()
     (tmp_path / "short.ply").write_bytes(raw[:-1000])  # ends early
-    text = "ply\nformat ascii 1.0\nelement vertex 5000\nproperty float x\nproperty float y\nproperty float z\nend_header\n"
+    text = ("ply\nformat ascii 1.0\nelement vertex 5000\n"
+            "property float x\nproperty float y\nproperty float z\nend_header\n")
     (tmp_path / "count.ply").write_text(text + "".join(f"{i} {i % 7} {i % 5}\n" for i in range(3000)))  # 3000 != 5000
     (tmp_path / "few.ply").write_text(text.replace("5000", "3") + "0 0 0\n1 1 1\n2 2 2\n")
     nan = torch.rand(3000, 3, generator=_gen(12))
