@@ -21,7 +21,8 @@ DESCRIPTION = (
     "--png OUT/<name>_patches.png.  Existing outputs are never replaced without --overwrite.  A bad file is "
     "reported and skipped; the exit status is 1 if any file failed.  Under torchrun "
     "(torchrun --nproc-per-node N -m pcgeom group ...) the files are split across the ranks, finished "
-    "files are skipped on a rerun, and rank 0 prints the report of all ranks."
+    "files are skipped on a rerun, and rank 0 prints the report of all ranks.  A file whose in-memory run would "
+    "need more than --memory (estimated from its header) is grouped streamed, in chunks, with the same outputs."
 )
 
 
@@ -38,7 +39,42 @@ def add_arguments(p) -> None:
     p.add_argument("--device", type=device_name, default="auto", help="cpu, cuda, ... (default: cuda when available; "
                    "under torchrun each rank takes the GPU of its LOCAL_RANK)")
     p.add_argument("--renderer", default="auto", choices=["auto", "open3d", "matplotlib"], help="picture backend for --png")
+    p.add_argument("--memory", type=memory_gb, default=None, metavar="GB",
+                   help="memory budget in GB (default: half of the memory available when the run starts).  A file "
+                   "whose in-memory run would need more (its vertex count x (2 x its row size + 40) bytes, from the "
+                   "header) is grouped streamed, with the same outputs, in about 48 bytes a point plus chunks; --png "
+                   "then draws at most 200,000 points plus the patches.  Python and torch take ~0.25 GB on top; under "
+                   "torchrun the budget is each rank's")
 
+
+def memory_gb(text: str) -> float:
+    """argparse type for ``--memory``: a finite number of GB > 0."""
+    import argparse
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of GB > 0, got {text!r}") from None
+    if not 0 < v < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of GB > 0, got {text}")
+    return v
+
+
+def default_memory_gb() -> float:
+    """Half of the memory available now (Linux ``MemAvailable``; else half of the physical memory)."""
+    import os
+
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 / 2 / 1e9
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 / 1e9
+    except (ValueError, OSError, AttributeError):
+        return 8.0
 
 
 def torchrun_ranks() -> tuple[int, int, int] | None:
@@ -58,7 +94,7 @@ def rank_share(n_files: int, rank: int, world: int) -> list[int]:
     return list(range(rank, n_files, world))
 
 
-def _group_one(src, base, targets, args, device, resume: bool):
+def _group_one(src, base, targets, args, device, resume: bool, budget: float):
     """Groups one file.  Returns "done", "skipped" (resume: finished earlier) or the reason it failed.
 
     Every output is written into a private folder next to the outputs and moved into place when
@@ -76,7 +112,8 @@ def _group_one(src, base, targets, args, device, resume: bool):
     from pcgeom.io import write_ply
     from pcgeom.vis import render_neighbourhoods
 
-    from pcgeom.io.output import publish
+    from pcgeom.io import ply_info
+    from pcgeom.streaming import group_streamed, in_memory_bytes
 
     ply_t, pt_t = targets[0], targets[1]
     partial = base.parent / f".{base.name}.pcgeom-partial"
@@ -99,6 +136,17 @@ def _group_one(src, base, targets, args, device, resume: bool):
         replace = True  # what an interrupted run left for this file; redo it
     moved = []
     try:
+        if in_memory_bytes(src) > budget:
+            n = ply_info(src).vertex_count
+            if n < max(args.centers, args.k):
+                raise ValueError(f"{n} points, fewer than --centers {args.centers} / --k {args.k}")
+            base.parent.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(partial, ignore_errors=True)  # left by a killed run
+            partial.mkdir()
+            group_streamed(src, partial / ply_t.name, partial / pt_t.name, args.centers, args.k,
+                           png_path=partial / targets[2].name if args.png else None, renderer=args.renderer,
+                           memory_bytes=int(budget), device=device)
+            return _publish(partial, targets, replace, moved)
         types, cloud = read_typed(src)
         pts = cloud.points.to(torch.float32)  # grouped in float32; cloud.points keeps the stored values
         if not torch.isfinite(pts).all():
@@ -121,10 +169,7 @@ def _group_one(src, base, targets, args, device, resume: bool):
             render_neighbourhoods(pts, ctr0, idx0, partial / targets[2].name, backend=args.renderer)
         result = {"centers": ctr0, "center_idx": cidx[0].cpu(), "idx": idx0, "neighborhoods": nbhd[0].cpu()}
         torch.save(result, partial / pt_t.name)
-        for t in [ply_t] + targets[2:] + [pt_t]:  # the .pt last: its presence means "finished"
-            publish(partial / t.name, t, overwrite=replace)
-            moved.append(t)
-        return "done"
+        return _publish(partial, targets, replace, moved)
     except Exception as exc:  # one bad file is reported, never the end of the run (Ctrl-C still is)
         if not replace:
             for t in moved:  # leave nothing half-made behind
@@ -132,6 +177,16 @@ def _group_one(src, base, targets, args, device, resume: bool):
         return failure(exc, src)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
+
+
+def _publish(partial, targets, replace: bool, moved: list) -> str:
+    """Moves a file's finished outputs from its private folder into place, the ``.pt`` last."""
+    from pcgeom.io.output import publish
+
+    for t in [targets[0]] + targets[2:] + [targets[1]]:  # the .pt last: its presence means "finished"
+        publish(partial / t.name, t, overwrite=replace)
+        moved.append(t)
+    return "done"
 
 
 def run(args) -> int:
@@ -198,12 +253,13 @@ def _group_ranked(args, rank: int, world: int, local_rank: int, resume: bool) ->
             except ValueError as exc:
                 clash = str(exc).removeprefix("pcgeom group: ")
         plan.append((i, src, base, targets, clash))
+    budget = (args.memory if args.memory is not None else default_memory_gb()) * 1e9
     results = []
     mine = [plan[i] for i in rank_share(len(plan), rank, world)]
     bar = tqdm(mine, desc="grouping" if world == 1 else f"grouping (rank 0 of {world})", unit="file",
                disable=None if rank == 0 else True, file=sys.stderr)
     for i, src, base, targets, clash in bar:
-        results.append((i, str(src), clash or _group_one(src, base, targets, args, device, resume)))
+        results.append((i, str(src), clash or _group_one(src, base, targets, args, device, resume, budget)))
     if world > 1:
         import torch.distributed as dist
 

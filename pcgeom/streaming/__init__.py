@@ -9,3 +9,6 @@ equal to the in-memory calls bit for bit) and the chunked PLY I/O of :mod:`pcgeo
 * :mod:`pcgeom.streaming.group`: FPS centres and their KNN patches of one huge cloud, streamed to disk in
   ``pcgeom group``'s format.
 """
+
+# streamed grouping (pcgeom group above its memory budget)
+from pcgeom.streaming.group import GroupedFile, group_streamed, in_memory_bytes, streamed_bytes
