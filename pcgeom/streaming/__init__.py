@@ -9,3 +9,12 @@ equal to the in-memory calls bit for bit) and the chunked PLY I/O of :mod:`pcgeo
 * :mod:`pcgeom.streaming.group`: FPS centres and their KNN patches of one huge cloud, streamed to disk in
   ``pcgeom group``'s format.
 """
+
+from pcgeom.streaming.preprocess import (
+    PreprocessPlan,
+    StreamedPreprocessResult,
+    in_memory_bytes,
+    plan_preprocess,
+    preprocess_streamed,
+    streamed_bytes,
+)
