@@ -187,6 +187,45 @@ def test_voxel_slabs_never_split_a_voxel_column():
             assert torch.equal(got, pcgeom.grid_subsample(p, size).index), (size, block)
 
 
+@pytest.mark.parametrize("float64", [False, True], ids=["float32", "float64"])
+def test_statistical_decisions_at_the_last_bit(float64):
+    """Thresholds placed on points' own mean distances, one ulp of std_ratio apart: each decision rests
+    on the last bits of the per-point means and of the global mean and deviation, so any other
+    summation order than the in-memory one shows here."""
+    import pcgeom
+
+    p = torch.from_numpy(cloud(3000, 19)).to(torch.float64 if float64 else torch.float32)
+    avg, has = SP.mean_distances(p, 8, 37)
+    a = avg[avg > 0].numpy()
+    mean, std = a.mean(), a.std(ddof=1)
+    flips = 0
+    for v in np.quantile(a, np.linspace(0.7, 0.995, 25), method="nearest"):
+        if v <= mean:
+            continue
+        r = (v - mean) / std
+        for _ in range(6):
+            r = np.nextafter(r, np.inf)
+            got = SP.statistical_keep(avg, has, float(r))
+            want = pcgeom.remove_statistical_outliers(p, 8, float(r))
+            assert torch.equal(got, want), float(r)
+            flips += int(got.sum())
+    assert flips > 0
+
+
+def test_mean_distances_are_open3d_s_sums_in_float64():
+    """Each point's mean distance: square roots of its k smallest float64 squared distances, summed
+    nearest first -- Open3D's loop, here in numpy on the brute-force distance matrix."""
+    p = cloud(1500, 20).astype(np.float64)
+    diff = [p[:, None, a] - p[None, :, a] for a in range(3)]
+    d2 = (diff[0] * diff[0] + diff[1] * diff[1]) + diff[2] * diff[2]
+    near = np.sqrt(np.sort(d2, axis=1)[:, :9])
+    total = near[:, 0].copy()
+    for j in range(1, 9):
+        total += near[:, j]
+    avg, has = SP.mean_distances(torch.from_numpy(p), 9, 41)
+    assert bool(has.all()) and np.array_equal(avg.numpy(), total / 9)
+
+
 def test_below_the_budget_runs_in_memory_above_it_streams(tmp_path, capsys, monkeypatch):
     src = raw_ply(tmp_path / "scan.ply", scan(cloud(3000, 13), seed=13))
     calls = []

@@ -66,7 +66,8 @@ from pcgeom.io.ply import DEFAULT_CHUNK_POINTS
 from pcgeom.ops import pca_normals
 from pcgeom.ops.streamed import DEFAULT_BLOCK_POINTS, knn_blocks
 
-__all__ = ["PreprocessPlan", "StreamedPreprocessResult", "in_memory_bytes", "plan_preprocess",
+__all__ = ["PreprocessPlan", "StreamedPreprocessResult", "in_memory_bytes", "mean_distances", "plan_preprocess",
+           "statistical_keep",
            "preprocess_streamed", "streamed_bytes", "STREAMED_BYTES_PER_POINT", "STREAMED_BYTES_PER_POINT_FLOAT64",
            "TILE_BYTES_PER_POINT", "MIN_BLOCK_POINTS"]
 
@@ -290,6 +291,13 @@ def _voxel(p: torch.Tensor, size: float, block: int) -> torch.Tensor:
 
 def _statistical(p, k, std_ratio, block, chunk, progress):
     """:func:`pcgeom.remove_statistical_outliers` ``(p, k, std_ratio)``, rows from :func:`knn_blocks`."""
+    return statistical_keep(*mean_distances(p, k, block, chunk, progress), std_ratio)
+
+
+def mean_distances(p, k, block, chunk=DEFAULT_CHUNK_POINTS, progress=None):
+    """``(avg, has)``: each point's mean Euclidean distance to its ``k`` nearest (itself included;
+    float64 ``(N,)``, -1 where no neighbour counts) and whether any counts (bool ``(N,)``), as
+    :func:`pcgeom.remove_statistical_outliers` forms them, from :func:`knn_blocks` rows."""
     n = len(p)
     k = min(k, max(n, 2))  # self_knn's cap
     rescale = p.dtype != torch.float64
@@ -310,11 +318,16 @@ def _statistical(p, k, std_ratio, block, chunk, progress):
         h = count > 0
         has[b.rows] = h
         avg[b.rows] = torch.where(h, total / count.clamp_min(1).to(torch.float64), -1.0)
-    del x
+    return avg, has
+
+
+def statistical_keep(avg, has, std_ratio):
+    """The keep-mask of :func:`pcgeom.remove_statistical_outliers` from :func:`mean_distances`."""
+    n = len(avg)
     # The global statistics: remove_statistical_outliers' own expressions over the whole (N,) vector.
     pos = avg > 0
-    cloud = torch.zeros(n, dtype=torch.int64, device=p.device)
-    zeros = torch.zeros(1, dtype=torch.float64, device=p.device)
+    cloud = torch.zeros(n, dtype=torch.int64, device=avg.device)
+    zeros = torch.zeros(1, dtype=torch.float64, device=avg.device)
     n_valid = zeros.index_add(0, cloud, has.to(torch.float64))
     mean = zeros.index_add(0, cloud, torch.where(pos, avg, 0)) / n_valid
     dev = torch.where(pos, avg - mean[cloud], 0)
