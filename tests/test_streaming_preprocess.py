@@ -240,7 +240,8 @@ def test_below_the_budget_runs_in_memory_above_it_streams(tmp_path, capsys, monk
     need = SP.in_memory_bytes(3000, 12 + 3 + 4 + 2 + 1 + 2 + 4 + 4 + 8, statistical=(20, 2.0), normals=16)
     assert plan_preprocess(src, need, statistical=(20, 2.0), normals=16).streamed is False
     assert plan_preprocess(src, need - 1, statistical=(20, 2.0), normals=16).streamed is True
-    assert cli.main(["preprocess", str(src), "--out", str(tmp_path / "a"), *steps, "--memory", str((need + 10) / 1e9)]) == 0
+    memory = str((need + 10) / 1e9)
+    assert cli.main(["preprocess", str(src), "--out", str(tmp_path / "a"), *steps, "--memory", memory]) == 0
     assert calls == []
     # a budget below the in-memory estimate streams, with the largest tile that fits it
     budget = SP.streamed_bytes(3000, 40, SP.MIN_BLOCK_POINTS) + 10
