@@ -142,7 +142,7 @@ BOUNDARY = {
                                                                     "--normals", "4"]),
     "duplicates-voxel": (lambda: np.repeat(cloud(500, 3), 3, axis=0), 41, ["--voxel", "0.02", "--normals", "6"]),
     # tiles of 5 points under neighbourhoods of 25: every halo smaller than a neighbourhood
-    "tiny-tiles": (lambda: cloud(900, 4), 5, ["--remove-statistical", "25,1", "--remove-radius", "0.5,20",
+    "tiny-tiles": (lambda: cloud(600, 4), 5, ["--remove-statistical", "25,1", "--remove-radius", "0.6,20",
                                               "--normals", "25"]),
     # three tight clusters 10^3 apart: empty tiles between them, isolated outliers
     "clusters": (lambda: np.concatenate([cloud(400, 5) * 0.01 + off for off in (0.0, 1e3, -2e3)]

@@ -21,7 +21,9 @@ Why the answers are the in-memory ones:
   which is kept in memory;
 * voxels are grouped in slabs of whole voxel columns along the axis with the most voxels, each slab
   subsampled by :func:`pcgeom.grid_subsample` with the global grid origin (the cloud's minimum), so a
-  voxel never straddles two slabs and its first point is the one the whole-cloud call keeps.
+  voxel never straddles two slabs and its first point is the one the whole-cloud call keeps.  (A
+  voxel column is never split, so a cloud packed into one column holds its slab whole: the voxel
+  step's memory is then the in-memory call's.)
 
 **Memory model.**  Resident for the whole run, per input point: the coordinates in the computing
 precision and a few per-point arrays (a power-of-two rescaled copy for the searches, the kept rows,
