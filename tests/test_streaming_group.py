@@ -21,7 +21,7 @@ import torch
 
 from pcgeom.cli import main
 from pcgeom.io import read_ply, write_ply
-from pcgeom.streaming import group_streamed, in_memory_bytes, streamed_bytes
+from pcgeom.streaming.group import group_streamed, in_memory_bytes, streamed_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -174,7 +174,7 @@ def test_cli_streams_above_its_budget_with_the_same_outputs(tmp_path, monkeypatc
     ref_ply, ref_pt = _in_memory(src, tmp_path / "mem", 64, 32)
     calls = []
     real = SG.group_streamed
-    monkeypatch.setattr("pcgeom.streaming.group_streamed", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
+    monkeypatch.setattr("pcgeom.streaming.group.group_streamed", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
     out = tmp_path / "str"
     assert main(["group", str(src), "--centers", "64", "--k", "32", "--out", str(out), "--png",
                  "--renderer", "matplotlib", "--memory", f"{_gap_budget(src):.9f}"]) == 0

@@ -219,3 +219,33 @@ def start_file_run(cmd: str, inputs, out):
     if not files:
         return [f"{cmd}: {name}: {why}" for name, why in failures] + [f"{cmd}: no PLY files to process"]
     return files, failures, guard
+
+
+def memory_gb(text: str) -> float:
+    """argparse type for ``--memory``: a finite number of GB > 0."""
+    import argparse
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of GB > 0, got {text!r}") from None
+    if not 0 < v < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of GB > 0, got {text}")
+    return v
+
+
+def default_memory_gb() -> float:
+    """Half of the memory available now (Linux ``MemAvailable``; else half of the physical memory)."""
+    import os
+
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 / 2 / 1e9
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 / 1e9
+    except (ValueError, OSError, AttributeError):
+        return 8.0

@@ -10,7 +10,8 @@ from __future__ import annotations
 import sys
 
 from pcgeom.cli.common import (backend_line, device_name, failure, labelled_colors, patch_labels, path_arg,
-                               pick_device, positive_int, read_typed, start_file_run)
+                               pick_device, positive_int, read_typed, start_file_run, memory_gb,
+                               default_memory_gb)
 
 HELP = "group PLY files into patches (FPS + KNN); write coloured PLYs, tensors and optional PNGs"
 DESCRIPTION = (
@@ -45,36 +46,6 @@ def add_arguments(p) -> None:
                    "header) is grouped streamed, with the same outputs, in about 48 bytes a point plus chunks; --png "
                    "then draws at most 200,000 points plus the patches.  Python and torch take ~0.25 GB on top; under "
                    "torchrun the budget is each rank's")
-
-
-def memory_gb(text: str) -> float:
-    """argparse type for ``--memory``: a finite number of GB > 0."""
-    import argparse
-
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of GB > 0, got {text!r}") from None
-    if not 0 < v < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of GB > 0, got {text}")
-    return v
-
-
-def default_memory_gb() -> float:
-    """Half of the memory available now (Linux ``MemAvailable``; else half of the physical memory)."""
-    import os
-
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 / 2 / 1e9
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 / 1e9
-    except (ValueError, OSError, AttributeError):
-        return 8.0
 
 
 def torchrun_ranks() -> tuple[int, int, int] | None:
@@ -113,7 +84,7 @@ def _group_one(src, base, targets, args, device, resume: bool, budget: float):
     from pcgeom.vis import render_neighbourhoods
 
     from pcgeom.io import ply_info
-    from pcgeom.streaming import group_streamed, in_memory_bytes
+    from pcgeom.streaming.group import group_streamed, in_memory_bytes
 
     ply_t, pt_t = targets[0], targets[1]
     partial = base.parent / f".{base.name}.pcgeom-partial"

@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from pcgeom.cli.common import (backend_line, device_name, failure, finite_float, path_arg, pick_device,
-                               positive_int, read_typed, start_file_run)
+                               positive_int, read_typed, start_file_run, memory_gb, default_memory_gb)
 
 HELP = "voxel-subsample, remove outliers from and estimate normals of PLY files"
 DESCRIPTION = (
@@ -22,7 +22,9 @@ DESCRIPTION = (
     "precision computed in); new normals are written at the computed precision. "
     "Outputs are written to a temporary file and moved into place when complete; existing outputs are "
     "never replaced without --overwrite.  A bad file is reported and skipped; the exit status is 1 if "
-    "any file failed."
+    "any file failed.  A file whose in-memory run would need more than --memory (estimated from its "
+    "header's vertex count and the steps asked for) is processed in spatial tiles instead "
+    "(pcgeom.streaming.preprocess_streamed): the same output file, byte for byte, in bounded memory."
 )
 
 
@@ -40,7 +42,13 @@ def add_arguments(p) -> None:
     p.add_argument("--float64", action="store_true", help="compute in float64 (Open3D's precision)")
     p.add_argument("--overwrite", action="store_true", help="replace existing outputs (never an input)")
     p.add_argument("--device", type=device_name, default="auto", help="cpu, cuda, ... (default: cuda when available)")
-
+    p.add_argument("--memory", type=memory_gb, default=None, metavar="GB",
+                   help="memory budget in GB (10^9 bytes): a file whose in-memory run would need more is streamed "
+                        "in spatial tiles, with the same output (default: half the memory available when the "
+                        f"command starts, MemAvailable / 2: {default_memory_gb():.3g} GB now)")
+    p.add_argument("--block-points", type=positive_int, default=None, metavar="N",
+                   help="stream every file, in tiles of N points (for testing and tuning; default: stream only "
+                        "files larger than --memory, with the largest tile it holds)")
 
 
 def _pair(kinds, what: str):
@@ -79,11 +87,26 @@ def _preprocess_one(src, target, args, device):
     import pcgeom
     from pcgeom.io import write_ply
     from pcgeom.io.output import write_atomic
+    from pcgeom.streaming.preprocess import plan_preprocess, preprocess_streamed
 
     if target.exists() and not args.overwrite:
         return f"output exists: {target} (pass --overwrite to replace)", 0, 0
     n_read = 0
     try:
+        budget = int((args.memory if args.memory is not None else default_memory_gb()) * 1e9)
+        plan = plan_preprocess(src, budget, statistical=args.remove_statistical, radius=args.remove_radius,
+                               normals=args.normals, float64=args.float64, block_points=args.block_points)
+        if plan.streamed:
+            report: dict = {}
+            try:
+                done = preprocess_streamed(src, target, voxel=args.voxel, statistical=args.remove_statistical,
+                                           radius=args.remove_radius, normals=args.normals,
+                                           viewpoint=args.viewpoint, float64=args.float64,
+                                           block_points=plan.block_points, device=device,
+                                           overwrite=args.overwrite, report=report)
+            finally:
+                n_read = report.get("points_read", 0)
+            return "done", done.points_read, done.points_written
         types, cloud = read_typed(src)
         n_read = len(cloud.points)
         compute = torch.float64 if args.float64 else torch.float32

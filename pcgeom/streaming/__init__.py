@@ -10,5 +10,15 @@ equal to the in-memory calls bit for bit) and the chunked PLY I/O of :mod:`pcgeo
   ``pcgeom group``'s format.
 """
 
-# streamed grouping (pcgeom group above its memory budget)
-from pcgeom.streaming.group import GroupedFile, group_streamed, in_memory_bytes, streamed_bytes
+# The budget estimates (in_memory_bytes, streamed_bytes) differ per pipeline: import them from
+# pcgeom.streaming.preprocess / pcgeom.streaming.group.
+from pcgeom.streaming.group import GroupedFile, group_streamed
+from pcgeom.streaming.preprocess import (
+    PreprocessPlan,
+    StreamedPreprocessResult,
+    plan_preprocess,
+    preprocess_streamed,
+)
+
+__all__ = ["GroupedFile", "PreprocessPlan", "StreamedPreprocessResult", "group_streamed", "plan_preprocess",
+           "preprocess_streamed"]

@@ -1,0 +1,545 @@
+"""``pcgeom preprocess`` for files larger than memory: the in-memory command's output file, byte for byte.
+
+:func:`preprocess_streamed` runs the command's steps -- ``voxel`` (:func:`pcgeom.grid_subsample`, the
+first point per voxel), ``statistical`` and ``radius`` outlier removal
+(:func:`pcgeom.remove_statistical_outliers`, :func:`pcgeom.remove_radius_outliers`) and ``normals``
+(:func:`pcgeom.estimate_normals`, optionally towards a ``viewpoint``) -- over spatial tiles, and writes
+the same file the in-memory command writes: the same points kept in the same order, the same normals,
+every vertex property in its own PLY type.  :func:`plan_preprocess` decides from a file's header and a
+memory budget whether a file needs it (``pcgeom preprocess --memory GB`` calls both).
+
+Why the answers are the in-memory ones:
+
+* every per-point quantity comes from the point's neighbour row, and :func:`pcgeom.knn_blocks` yields
+  :func:`pcgeom.knn`'s rows bit for bit (tiles with halos, see :mod:`pcgeom.ops.streamed`), on the same
+  power-of-two rescaled coordinates and with the same ``k`` cap the in-memory functions use; the
+  per-row arithmetic (square roots, the nearest-first sums, the PCA of
+  :func:`pcgeom.ops.pca_normals`, the orientation) is elementwise, so a row's value does not depend
+  on the block it is computed in;
+* the statistical filter's global mean and standard deviation are computed by the very expressions
+  :func:`pcgeom.remove_statistical_outliers` uses, over the whole ``(N,)`` vector of per-point means,
+  which is kept in memory;
+* voxels are grouped in slabs of whole voxel columns along the axis with the most voxels, each slab
+  subsampled by :func:`pcgeom.grid_subsample` with the global grid origin (the cloud's minimum), so a
+  voxel never straddles two slabs and its first point is the one the whole-cloud call keeps.  (A
+  voxel column is never split, so a cloud packed into one column holds its slab whole: the voxel
+  step's memory is then the in-memory call's.)
+
+**Memory model.**  Resident for the whole run, per input point: the coordinates in the computing
+precision and a few per-point arrays (a power-of-two rescaled copy for the searches, the kept rows,
+the tile permutation of :mod:`pcgeom.ops.streamed`, the per-point means and masks of the filters, the
+new normals) -- :data:`STREAMED_BYTES_PER_POINT` bytes for float32 (doubled coordinates and
+normals with ``float64=True``: :data:`STREAMED_BYTES_PER_POINT_FLOAT64`).  Per tile:
+``block_points`` times :data:`TILE_BYTES_PER_POINT` (a search's candidates, its answer, the kernel's
+work) plus a read chunk of ``chunk_points`` rows (the decoded record and its tensors).  Never held:
+an ``(N, k)`` neighbour table, or the file's full vertex record -- the other columns are read again
+chunk by chunk while the output is written.  :func:`streamed_bytes` is this model and
+:func:`in_memory_bytes` the one of the in-memory command; both exclude the interpreter with torch
+(about 0.3 GiB).
+
+Example:
+    >>> import os, tempfile, torch
+    >>> from pcgeom.io import read_ply, write_ply
+    >>> from pcgeom.streaming import preprocess_streamed
+    >>> d = tempfile.mkdtemp()
+    >>> pts = torch.rand(3000, 3, generator=torch.Generator().manual_seed(0))
+    >>> _ = write_ply(os.path.join(d, "in.ply"), pts)
+    >>> r = preprocess_streamed(os.path.join(d, "in.ply"), os.path.join(d, "out.ply"), voxel=0.05,
+    ...                         statistical=(8, 2.0), normals=10, block_points=256)
+    >>> r.points_read, r.points_written == len(read_ply(os.path.join(d, "out.ply")).points)
+    (3000, True)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from pcgeom._rounding import exact_sqrt
+from pcgeom._scaling import binary_exponent, times_power_of_two
+from pcgeom.grid import grid_subsample
+from pcgeom.io import PlyWriter, iter_ply, ply_info, read_ply_types
+from pcgeom.io.ply import DEFAULT_CHUNK_POINTS
+from pcgeom.ops import pca_normals
+from pcgeom.ops.streamed import DEFAULT_BLOCK_POINTS, knn_blocks
+
+__all__ = ["PreprocessPlan", "StreamedPreprocessResult", "in_memory_bytes", "mean_distances", "plan_preprocess",
+           "statistical_keep",
+           "preprocess_streamed", "streamed_bytes", "STREAMED_BYTES_PER_POINT", "STREAMED_BYTES_PER_POINT_FLOAT64",
+           "TILE_BYTES_PER_POINT", "MIN_BLOCK_POINTS"]
+
+#: Resident bytes per input point of the streamed run, float32 computation (see the module docstring).
+STREAMED_BYTES_PER_POINT = 128
+#: The same with ``float64=True`` (coordinates, their rescaled copy and the normals twice as wide).
+STREAMED_BYTES_PER_POINT_FLOAT64 = 176
+#: Bytes per point of ``block_points`` that one tile's search holds (candidates, answer, kernel work).
+TILE_BYTES_PER_POINT = 1536
+#: The smallest tile :func:`plan_preprocess` chooses; a budget that cannot hold it is refused.
+MIN_BLOCK_POINTS = 1024
+
+_XYZ = ("x", "y", "z")
+_NORMALS = ("nx", "ny", "nz")
+_PLY_SIZE = {"char": 1, "uchar": 1, "short": 2, "ushort": 2, "int": 4, "uint": 4, "float": 4, "double": 8}
+
+
+class StreamedPreprocessResult(NamedTuple):
+    """What :func:`preprocess_streamed` did: ``points_read`` input rows, ``points_written`` output rows."""
+
+    points_read: int
+    points_written: int
+
+
+class PreprocessPlan(NamedTuple):
+    """How ``pcgeom preprocess`` runs one file (:func:`plan_preprocess`).
+
+    Attributes:
+        streamed: whether the file goes through :func:`preprocess_streamed`.
+        block_points: the tile size of the streamed run (``None`` in memory).
+        in_memory_bytes: :func:`in_memory_bytes` of the file.
+        streamed_bytes: :func:`streamed_bytes` at ``block_points`` (``None`` in memory).
+        budget_bytes: the budget it was planned for.
+    """
+
+    streamed: bool
+    block_points: int | None
+    in_memory_bytes: int
+    streamed_bytes: int | None
+    budget_bytes: int
+
+
+def _read_dtype(types: dict) -> torch.dtype:
+    # pcgeom preprocess's rule (pcgeom.cli.common.read_typed): float64 when a stored coordinate or
+    # normal is double, int or uint, so every stored value is held exactly.
+    wide = any(types.get(c) in ("double", "int", "uint") for c in _XYZ + _NORMALS)
+    return torch.float64 if wide else torch.float32
+
+
+def _row_bytes(info) -> int:
+    """Bytes of one decoded vertex row (scalar properties; a list counts its length field)."""
+    total = 0
+    for kind in info.properties.get("vertex", {}).values():
+        parts = kind.split()
+        total += _PLY_SIZE[parts[1] if parts[0] == "list" else parts[0]]
+    return total
+
+
+def _largest_k(statistical, radius, normals) -> int:
+    ks = [1]
+    if statistical is not None:
+        ks.append(int(statistical[0]))
+    if radius is not None:
+        ks.append(int(radius[1]) + 1)
+    if normals is not None:
+        ks.append(int(normals))
+    return max(ks)
+
+
+def in_memory_bytes(n_points: int, row_bytes: int, *, statistical=None, radius=None, normals=None,
+                    float64: bool = False) -> int:
+    """The memory the in-memory ``pcgeom preprocess`` needs for one file, estimated from its header.
+
+    ``n_points * (3 * row_bytes + 6 * c + k * (c + 40))`` with ``c`` the computing precision's size
+    (4, or 8 with ``float64``) and ``k`` the largest neighbourhood asked for (``statistical[0]``,
+    ``radius[1] + 1``, ``normals``; 1 for ``voxel`` alone): the vertex record and its tensors (read,
+    then gathered for the kept rows), the coordinates and a rescaled copy, and an ``(N, k)``
+    neighbour table with its float64 distances and their temporaries.  A deliberate overestimate,
+    used to decide which files stream: at 10^6 points with ``voxel``, ``statistical=(20, 2)`` and
+    ``normals=30`` it says 1.4 GB where the measured peak was 0.79 GB above the interpreter.
+
+    Args:
+        n_points: the header's vertex count.
+        row_bytes: bytes of one vertex row as stored.
+        statistical, radius, normals, float64: the steps, as :func:`preprocess_streamed` takes them.
+
+    Returns:
+        Bytes, an int.
+    """
+    c = 8 if float64 else 4
+    k = _largest_k(statistical, radius, normals)
+    return int(n_points) * (3 * int(row_bytes) + 6 * c + k * (c + 40))
+
+
+def streamed_bytes(n_points: int, row_bytes: int, block_points: int, *, chunk_points: int | None = None,
+                   float64: bool = False) -> int:
+    """The memory :func:`preprocess_streamed` needs for one file (the module docstring's model).
+
+    ``n_points * STREAMED_BYTES_PER_POINT`` (``..._FLOAT64`` with ``float64``) for the resident
+    per-point arrays, ``block_points * TILE_BYTES_PER_POINT`` for one tile's search, and
+    ``chunk_points * (2 * row_bytes + 64)`` for one read chunk (``chunk_points`` defaults to
+    :func:`preprocess_streamed`'s: ``min(block_points, 2**20)``).
+
+    Returns:
+        Bytes, an int.
+    """
+    per_point = STREAMED_BYTES_PER_POINT_FLOAT64 if float64 else STREAMED_BYTES_PER_POINT
+    chunk = _chunk(block_points, chunk_points)
+    return int(n_points) * per_point + int(block_points) * TILE_BYTES_PER_POINT + chunk * (2 * int(row_bytes) + 64)
+
+
+def _chunk(block_points, chunk_points):
+    return min(int(block_points), DEFAULT_CHUNK_POINTS) if chunk_points is None else int(chunk_points)
+
+
+def _gb(b) -> str:
+    return f"{b / 1e9:.3g} GB"
+
+
+def plan_preprocess(src, budget_bytes: int, *, statistical=None, radius=None, normals=None, float64: bool = False,
+                    block_points: int | None = None) -> PreprocessPlan:
+    """In memory or streamed, and with which tile size, for one file under a memory budget.
+
+    A file whose :func:`in_memory_bytes` fits ``budget_bytes`` runs in memory (as ``pcgeom
+    preprocess`` always did); a larger one streams, with the largest tile (at most
+    :data:`pcgeom.ops.streamed.DEFAULT_BLOCK_POINTS`, at least :data:`MIN_BLOCK_POINTS`) whose
+    :func:`streamed_bytes` fits the budget.  ``block_points`` given streams the file whatever its
+    size, with that tile size (for tests and tuning); the budget must still hold it.
+
+    Args:
+        src: the PLY file (only its header is read, :func:`pcgeom.io.ply_info`).
+        budget_bytes: the memory budget, bytes > 0.
+        statistical, radius, normals, float64: the steps, as :func:`preprocess_streamed` takes them.
+        block_points: an int >= 1 to force the streamed path with this tile size, or ``None``.
+
+    Returns:
+        :class:`PreprocessPlan`.
+
+    Raises:
+        ValueError: the budget cannot hold the streamed run's resident arrays and one tile (the
+            message names the memory needed and the memory given); a bad ``block_points``.
+        PlyFormatError: a header :func:`pcgeom.io.read_ply` would refuse.
+    """
+    fn = "plan_preprocess"
+    if block_points is not None and (isinstance(block_points, bool) or not isinstance(block_points, int)
+                                     or block_points < 1):
+        raise ValueError(f"{fn}: block_points must be None or an int >= 1, got {block_points!r}")
+    info = ply_info(src)
+    n, row = info.vertex_count, _row_bytes(info)
+    mem = in_memory_bytes(n, row, statistical=statistical, radius=radius, normals=normals, float64=float64)
+    if block_points is None and mem <= budget_bytes:
+        return PreprocessPlan(False, None, mem, None, int(budget_bytes))
+    if block_points is None:
+        block = DEFAULT_BLOCK_POINTS
+        while block > MIN_BLOCK_POINTS and streamed_bytes(n, row, block, float64=float64) > budget_bytes:
+            block //= 2
+    else:
+        block = block_points
+    need = streamed_bytes(n, row, block, float64=float64)
+    if need > budget_bytes:
+        per_point = STREAMED_BYTES_PER_POINT_FLOAT64 if float64 else STREAMED_BYTES_PER_POINT
+        raise ValueError(
+            f"the memory budget ({_gb(budget_bytes)}, --memory) is too small for this file even streamed: "
+            f"{n:,} points need about {_gb(need)} ({per_point} bytes per point resident, and one tile of "
+            f"{block:,} points at {TILE_BYTES_PER_POINT} bytes each); give --memory {math.ceil(need / 1e8) / 10:g} "
+            f"or more (in memory it would need about {_gb(mem)})")
+    return PreprocessPlan(True, block, mem, need, int(budget_bytes))
+
+
+# -- the steps ------------------------------------------------------------------------------------------
+
+
+def _rescaled(p: torch.Tensor, chunk: int):
+    """``(copy of p times 2**-e, e)``: :func:`pcgeom._scaling.rescale_clouds` of one all-real cloud,
+    taken chunk by chunk (the maximum is exact in any order; the scaling is elementwise)."""
+    q = p.to(torch.float64 if p.dtype == torch.float64 else torch.float32)
+    mag = torch.zeros(1, dtype=q.dtype, device=q.device)
+    for a in range(0, len(q), chunk):
+        mag = torch.maximum(mag, q[a:a + chunk].abs().amax().reshape(1))
+    expo = binary_exponent(mag)
+    out = torch.empty_like(q)
+    for a in range(0, len(q), chunk):
+        out[a:a + chunk] = times_power_of_two(q[a:a + chunk], -expo[:, None])
+    return out, expo
+
+
+def _voxel(p: torch.Tensor, size: float, block: int) -> torch.Tensor:
+    """The rows :func:`pcgeom.grid_subsample` ``(p, size).index`` keeps, ascending, slab by slab."""
+    n = len(p)
+    if n <= block:
+        return grid_subsample(p, size).index
+    st = p.min(0, keepdim=True).values.to(torch.float64)  # grid_subsample's origin for start=None
+    top = p.max(0).values.to(torch.float64)
+    axis = int(torch.argmax(torch.floor((top - st[0]) / size)))
+    origin = st[0, axis]
+
+    def column(a, b):  # grid_subsample's voxel coordinate along `axis`: (p - start) / size, floored, in float64
+        return torch.floor((p[a:b, axis].to(torch.float64) - origin) / size)
+
+    # Slab bounds: quantiles of a sample of voxel columns; a column is never split.
+    n_slabs = -(-n // block)
+    pick = torch.linspace(0, n - 1, min(n, 64 * n_slabs), device=p.device).long()
+    sample = torch.sort(torch.floor((p[pick, axis].to(torch.float64) - origin) / size)).values
+    bounds = torch.unique(sample[(torch.arange(1, n_slabs, device=p.device) * len(sample)) // n_slabs])
+    slab_type = np.int16 if len(bounds) < 2**15 else np.int32  # int16: numpy's stable sort is a radix sort
+    slab = np.empty(n, dtype=slab_type)
+    for a in range(0, n, block):
+        b = min(n, a + block)
+        slab[a:b] = torch.searchsorted(bounds, column(a, b), right=True).cpu().numpy()
+    order = torch.from_numpy(np.argsort(slab, kind="stable")).to(p.device)  # rows ascending within a slab
+    ends = np.cumsum(np.bincount(slab, minlength=len(bounds) + 1))
+    del slab
+    kept, start = [], 0
+    for end in ends.tolist():
+        if end > start:
+            rows = order[start:end]
+            kept.append(rows[grid_subsample(p.index_select(0, rows), size, start=st[0]).index])
+        start = end
+    return torch.sort(torch.cat(kept)).values
+
+
+def _statistical(p, k, std_ratio, block, chunk, progress):
+    """:func:`pcgeom.remove_statistical_outliers` ``(p, k, std_ratio)``, rows from :func:`knn_blocks`."""
+    return statistical_keep(*mean_distances(p, k, block, chunk, progress), std_ratio)
+
+
+def mean_distances(p, k, block, chunk=DEFAULT_CHUNK_POINTS, progress=None):
+    """``(avg, has)``: each point's mean Euclidean distance to its ``k`` nearest (itself included;
+    float64 ``(N,)``, -1 where no neighbour counts) and whether any counts (bool ``(N,)``), as
+    :func:`pcgeom.remove_statistical_outliers` forms them, from :func:`knn_blocks` rows."""
+    n = len(p)
+    k = min(k, max(n, 2))  # self_knn's cap
+    rescale = p.dtype != torch.float64
+    x, expo = _rescaled(p, chunk) if rescale else (p, None)
+    scale = torch.pow(2.0, 2.0 * expo.to(torch.float64))[:, None] if rescale else None
+    avg = torch.empty(n, dtype=torch.float64, device=p.device)
+    has = torch.empty(n, dtype=torch.bool, device=p.device)
+    for b in knn_blocks(x, x, k, block_points=block, progress=progress):
+        d2 = b.dist2.to(torch.float64)
+        if rescale:
+            d2 = d2 * scale  # the caller's units, exact: as self_knn(exact_dist2=True)
+        ok = torch.isfinite(d2) & (b.idx >= 0)
+        d = exact_sqrt(torch.where(ok, d2, 0))
+        total = d[:, 0]
+        for j in range(1, d.shape[1]):  # nearest first, as the in-memory sum
+            total = total + d[:, j]
+        count = ok.sum(1)
+        h = count > 0
+        has[b.rows] = h
+        avg[b.rows] = torch.where(h, total / count.clamp_min(1).to(torch.float64), -1.0)
+    return avg, has
+
+
+def statistical_keep(avg, has, std_ratio):
+    """The keep-mask of :func:`pcgeom.remove_statistical_outliers` from :func:`mean_distances`."""
+    n = len(avg)
+    # The global statistics: remove_statistical_outliers' own expressions over the whole (N,) vector.
+    pos = avg > 0
+    cloud = torch.zeros(n, dtype=torch.int64, device=avg.device)
+    zeros = torch.zeros(1, dtype=torch.float64, device=avg.device)
+    n_valid = zeros.index_add(0, cloud, has.to(torch.float64))
+    mean = zeros.index_add(0, cloud, torch.where(pos, avg, 0)) / n_valid
+    dev = torch.where(pos, avg - mean[cloud], 0)
+    std = exact_sqrt(zeros.index_add(0, cloud, dev * dev) / (n_valid - 1))
+    del dev, cloud
+    threshold = mean + std_ratio * std
+    return pos & (avg < threshold)
+
+
+def _radius(p, radius, min_neighbors, block, chunk, progress):
+    """:func:`pcgeom.remove_radius_outliers` ``(p, radius, min_neighbors)`` from :func:`knn_blocks`."""
+    n = len(p)
+    need = min_neighbors + 1
+    if need > n:
+        return torch.zeros(n, dtype=torch.bool, device=p.device)
+    rescale = p.dtype != torch.float64
+    x, expo = _rescaled(p, chunk) if rescale else (p, None)
+    scale = torch.pow(2.0, 2.0 * expo.to(torch.float64))[:, None] if rescale else None
+    keep = torch.empty(n, dtype=torch.bool, device=p.device)
+    r2 = radius * radius  # a Python float: formed in float64, as the in-memory filter forms it
+    for b in knn_blocks(x, x, need, block_points=block, progress=progress):
+        d2 = b.dist2.to(torch.float64)
+        if rescale:
+            d2 = d2 * scale
+        keep[b.rows] = (d2[:, -1] < r2) & (b.idx[:, -1] >= 0)
+    return keep
+
+
+def _normals(p, k, viewpoint, block, chunk, progress):
+    """:func:`pcgeom.estimate_normals` ``(p, k, viewpoint=viewpoint).normals`` from :func:`knn_blocks`."""
+    n = len(p)
+    k = min(k, max(n, 2))
+    x, _ = _rescaled(p, chunk)  # estimate_normals searches the rescaled cloud (rescaled=True)
+    vp = None if viewpoint is None else torch.as_tensor(viewpoint, dtype=torch.float64).reshape(1, 3).to(p.device)
+    out = torch.empty((n, 3), dtype=p.dtype, device=p.device)
+    for b in knn_blocks(x, x, k, block_points=block, progress=progress):
+        nrm = pca_normals(p[None], b.idx[None]).normals[0]
+        if vp is not None:
+            ref = vp - p.index_select(0, b.rows).to(torch.float64)
+            dot = (nrm.to(torch.float64) * ref).sum(1)
+            nrm = torch.where((dot < 0)[:, None], -nrm, nrm)
+        out[b.rows] = nrm
+    return out
+
+
+def _positive(fn, name, v, kind=float):
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and math.isfinite(v)
+    if not ok or (kind is int and not isinstance(v, int)):
+        raise ValueError(f"{fn}: {name} must be a{'n int' if kind is int else ' finite number'} > 0, got {v!r}")
+    return v
+
+
+def _check_steps(fn, voxel, statistical, radius, normals, viewpoint, block_points, chunk_points):
+    if voxel is not None:
+        _positive(fn, "voxel", voxel)
+    if statistical is not None:
+        if not isinstance(statistical, (tuple, list)) or len(statistical) != 2:
+            raise ValueError(f"{fn}: statistical must be a pair (k, std_ratio), got {statistical!r}")
+        _positive(fn, "statistical[0] (k)", statistical[0], int)
+        _positive(fn, "statistical[1] (std_ratio)", statistical[1])
+    if radius is not None:
+        if not isinstance(radius, (tuple, list)) or len(radius) != 2:
+            raise ValueError(f"{fn}: radius must be a pair (radius, min_neighbors), got {radius!r}")
+        _positive(fn, "radius[0] (radius)", radius[0])
+        _positive(fn, "radius[1] (min_neighbors)", radius[1], int)
+    if normals is not None:
+        _positive(fn, "normals", normals, int)
+    if viewpoint is not None:
+        if normals is None:
+            raise ValueError(f"{fn}: viewpoint orients the normals; give normals= too")
+        vp = list(viewpoint)
+        if len(vp) != 3 or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in vp):
+            raise ValueError(f"{fn}: viewpoint must be 3 finite numbers, got {viewpoint!r}")
+    if voxel is None and statistical is None and radius is None and normals is None:
+        raise ValueError(f"{fn}: nothing to do: give at least one of voxel, statistical, radius, normals")
+    _positive(fn, "block_points", block_points, int)
+    if chunk_points is not None:
+        _positive(fn, "chunk_points", chunk_points, int)
+
+
+def _signature(src) -> tuple:
+    st = os.stat(src)
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def preprocess_streamed(src, target, *, voxel=None, statistical=None, radius=None, normals=None, viewpoint=None,
+                        float64: bool = False, block_points: int = DEFAULT_BLOCK_POINTS,
+                        chunk_points: int | None = None, device="cpu", overwrite: bool = False,
+                        progress=None, report: dict | None = None) -> StreamedPreprocessResult:
+    """``pcgeom preprocess`` of one PLY file in bounded memory: the in-memory command's output, byte for byte.
+
+    The steps run in the command's order, each on the points the previous one kept: ``voxel``
+    (the first point per voxel of :func:`pcgeom.grid_subsample`, grid origin the cloud's minimum),
+    ``statistical`` (Open3D's statistical filter, :func:`pcgeom.remove_statistical_outliers`),
+    ``radius`` (:func:`pcgeom.remove_radius_outliers`) and ``normals``
+    (:func:`pcgeom.estimate_normals`, oriented towards ``viewpoint`` when given), computed in
+    float32, or float64 with ``float64=True``.  The output holds the kept rows in input order with
+    every column of the input in its own PLY type and exact value (``nx, ny, nz`` replaced by the
+    new normals, at the computing precision), binary little-endian, as ``write_ply`` writes it.
+    See the module docstring for why each step equals the in-memory one and for the memory model.
+
+    The input is read twice with :func:`pcgeom.io.iter_ply` (the coordinates, then every column
+    while writing); a file changed in between is an error.  The output is written by
+    :class:`pcgeom.io.PlyWriter` under a hidden temporary name and moved into place when complete,
+    so an exception, SIGINT or SIGKILL never leaves a partial file under ``target``.
+
+    Args:
+        src: the input PLY file (ASCII or binary, either byte order).
+        target: the output file; its folder is created.
+        voxel: voxel size, a float > 0, or ``None``.
+        statistical: ``(k, std_ratio)`` (int >= 1, float > 0), or ``None``.
+        radius: ``(radius, min_neighbors)`` (float > 0, int >= 1), or ``None``.
+        normals: ``k`` neighbours for the normals, int >= 1, or ``None``.
+        viewpoint: 3 floats to orient the normals towards, or ``None``.
+        float64: compute in float64 (the stored values are kept either way).
+        block_points: tile size of the searches and voxel slabs (:func:`pcgeom.knn_blocks`).
+        chunk_points: rows per read chunk (default ``min(block_points, 2**20)``).
+        device: where the coordinates and the searches live.
+        overwrite: replace an existing ``target``.
+        progress: the searches' tqdm bars, as in :func:`pcgeom.knn_blocks`.
+        report: an optional dict; ``report["points_read"]`` is set once the coordinates are read
+            (so a caller can count them when a later step fails).
+
+    Returns:
+        :class:`StreamedPreprocessResult` ``(points_read, points_written)``.
+
+    Raises:
+        PlyFormatError: a malformed file (one that ends early, a count the data does not match), as
+            :func:`pcgeom.io.read_ply` reports it.
+        ValueError: NaN or infinite coordinates, a file without points, no points left for
+            ``normals``, bad arguments (the message names them), the file changed while read.
+        FileExistsError: ``target`` exists and ``overwrite`` is False.
+
+    Example:
+        >>> import os, tempfile, torch
+        >>> from pcgeom.io import read_ply, write_ply
+        >>> from pcgeom.streaming import preprocess_streamed
+        >>> d = tempfile.mkdtemp()
+        >>> pts = torch.rand(2000, 3, generator=torch.Generator().manual_seed(1))
+        >>> _ = write_ply(os.path.join(d, "a.ply"), pts, properties={"i": torch.arange(2000, dtype=torch.int32)})
+        >>> preprocess_streamed(os.path.join(d, "a.ply"), os.path.join(d, "b.ply"), radius=(0.05, 2),
+        ...                     block_points=128).points_read
+        2000
+    """
+    fn = "preprocess_streamed"
+    _check_steps(fn, voxel, statistical, radius, normals, viewpoint, block_points, chunk_points)
+    chunk = _chunk(block_points, chunk_points)
+    device = torch.device(device)
+    target = Path(target)
+    if target.exists() and not overwrite:
+        raise FileExistsError(f"{fn}: {target} already exists; pass overwrite=True to replace it")
+    signature = _signature(src)
+    types = read_ply_types(src)
+    read_dtype = _read_dtype(types)
+    compute = torch.float64 if float64 else torch.float32
+    n = ply_info(src).vertex_count
+
+    # Pass 1: the coordinates, in the computing precision (what the in-memory command computes on).
+    p = torch.empty((n, 3), dtype=compute, device=device)
+    at = bad = 0
+    for c in iter_ply(src, chunk_points=chunk, columns=[], dtype=read_dtype):
+        q = c.points.to(compute)
+        bad += int((~torch.isfinite(q).all(1)).sum())
+        p[at:at + len(q)] = q.to(device)
+        at += len(q)
+    if at != n:  # iter_ply's own checks make this unreachable; a guard, not a silent short file
+        raise ValueError(f"{fn}: {src}: read {at} vertex rows, its header declares {n}")
+    if report is not None:
+        report["points_read"] = n
+    if bad:
+        raise ValueError(f"{bad} points have NaN or infinite coordinates")
+    if n == 0:
+        raise ValueError("the file holds no points")
+
+    keep = torch.arange(n, device=device)
+    if voxel is not None:
+        sub = _voxel(p, float(voxel), block_points)
+        keep, p = keep[sub], p[sub]
+    if statistical is not None:
+        m = _statistical(p, int(statistical[0]), float(statistical[1]), block_points, chunk, progress)
+        keep, p = keep[m], p[m]
+    if radius is not None:
+        m = _radius(p, float(radius[0]), int(radius[1]), block_points, chunk, progress)
+        keep, p = keep[m], p[m]
+    new_normals = None
+    if normals is not None:
+        if len(p) == 0:
+            raise ValueError("no points left for --normals after outlier removal")
+        new_normals = _normals(p, int(normals), viewpoint, block_points, chunk, progress).cpu()
+    del p
+    keep = keep.cpu()
+
+    # Pass 2: every column again, chunk by chunk, the kept rows written in order.
+    out_types = dict(types)
+    if new_normals is not None:
+        for c in _NORMALS:  # replaced by the new normals, written at the computation's precision
+            out_types.pop(c, None)
+    if _signature(src) != signature:
+        raise ValueError(f"{fn}: {src} changed while it was being preprocessed; run again")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with PlyWriter(target, count=len(keep), types=out_types, overwrite=overwrite) as w:
+        for c in iter_ply(src, chunk_points=chunk, dtype=read_dtype):
+            a, b = torch.searchsorted(keep, torch.tensor([c.offset, c.offset + len(c.points)])).tolist()
+            rows = keep[a:b] - c.offset
+            props = {name: v[rows] for name, v in c.properties.items()}
+            nrm = None if c.normals is None else c.normals[rows]
+            if new_normals is not None:
+                nrm = new_normals[a:b]
+                for name in _NORMALS:
+                    props.pop(name, None)
+            w.write(c.points[rows], colors=None if c.colors is None else c.colors[rows], normals=nrm,
+                    properties=props)
+    return StreamedPreprocessResult(n, len(keep))
