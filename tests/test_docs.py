@@ -117,6 +117,7 @@ def block_results(tmp_path_factory):
     env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("DISPLAY", None)
     env.pop("WAYLAND_DISPLAY", None)
+    env["TMPDIR"] = str(tmp)  # the pages' working folders (and their temporary files) go with pytest's tmp_path
     proc = subprocess.run([sys.executable, "-c", _RUNNER, str(tmp / "pages.json"), str(tmp / "out.json")],
                           env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"the block runner crashed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -174,7 +175,7 @@ def _page_text(path: Path) -> str:
 
 
 DOCUMENTED_MODULES = ["pcgeom", "pcgeom.nn", "pcgeom.distributed", "pcgeom.compat", "pcgeom.io", "pcgeom.vis",
-                      "pcgeom.data", "pcgeom.metrics", "pcgeom.losses"]
+                      "pcgeom.data", "pcgeom.metrics", "pcgeom.losses", "pcgeom.streaming"]
 
 
 @pytest.mark.slow
@@ -300,10 +301,11 @@ print(json.dumps(out))
 
 
 @pytest.fixture(scope="module")
-def doctest_results():
+def doctest_results(tmp_path_factory):
     env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("DISPLAY", None)
     env.pop("WAYLAND_DISPLAY", None)
+    env["TMPDIR"] = str(tmp_path_factory.mktemp("doctests"))  # not left behind in /tmp after the run
     proc = subprocess.run([sys.executable, "-c", _DOCTEST_RUNNER, json.dumps(DOCTEST_MODULES)], env=env,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
