@@ -219,6 +219,21 @@ def test_header_claims_more_than_the_file_holds(tmp_path, monkeypatch):
     assert calls == []
 
 
+def test_rows_past_the_declared_count_are_refused(tmp_path):
+    # A count smaller than the data used to read the declared rows and drop the rest without a word.
+    rows = np.arange(12, dtype="<f4").tobytes()
+    _bad(tmp_path, _binary_header(3) + rows, r"declares 3 vertex, which needs 36 bytes .* 48 bytes follow")
+    text = b"".join(f"{i} {i} {i}\n".encode() for i in range(4))
+    ascii_header = b"ply\nformat ascii 1.0\nelement vertex 3\nproperty float x\nproperty float y\nproperty float z\nend_header\n"
+    _bad(tmp_path, ascii_header + text, "declares 3 data lines .* more data follows")
+    _bad(tmp_path, ascii_header + text.rstrip(), "declares 3 data lines .* more data follows")
+    # less than a row after the data (a trailing newline, padding) and blank lines are tolerated
+    (tmp_path / "ok.ply").write_bytes(_binary_header(4) + rows + b"\n")
+    assert read_ply(tmp_path / "ok.ply").points.shape == (4, 3)
+    (tmp_path / "ok2.ply").write_bytes(ascii_header.replace(b"vertex 3", b"vertex 4") + text + b"\n \n")
+    assert read_ply(tmp_path / "ok2.ply").points.tolist() == [[float(i)] * 3 for i in range(4)]
+
+
 def test_read_argument_errors(tmp_path):
     with pytest.raises(FileNotFoundError):
         read_ply(tmp_path / "missing.ply")

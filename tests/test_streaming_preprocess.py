@@ -269,7 +269,8 @@ def test_a_budget_too_small_for_one_tile_is_refused_naming_both(tmp_path, capsys
         plan_preprocess(src, 10**6, normals=8, block_points=1024)
 
 
-@pytest.mark.parametrize("defect", ["ends-early", "count-too-large", "ascii-short", "nan"])
+@pytest.mark.parametrize("defect", ["ends-early", "count-too-large", "ascii-short", "count-too-small",
+                                    "ascii-long", "nan"])
 def test_bad_inputs_are_reported_by_the_streamed_path(tmp_path, capsys, defect):
     cols = scan(cloud(300, 15))
     if defect == "ends-early":
@@ -278,6 +279,10 @@ def test_bad_inputs_are_reported_by_the_streamed_path(tmp_path, capsys, defect):
         src = raw_ply(tmp_path / "bad.ply", cols, count=301)
     elif defect == "ascii-short":
         src = raw_ply(tmp_path / "bad.ply", cols, "ascii", count=320)
+    elif defect == "count-too-small":  # rows past the declared count would be dropped silently
+        src = raw_ply(tmp_path / "bad.ply", cols, count=299)
+    elif defect == "ascii-long":
+        src = raw_ply(tmp_path / "bad.ply", cols, "ascii", count=290)
     else:
         cols[1][2][17] = np.nan
         src = raw_ply(tmp_path / "bad.ply", cols)
@@ -292,13 +297,8 @@ def test_bad_inputs_are_reported_by_the_streamed_path(tmp_path, capsys, defect):
     assert why["streamed"] == why["memory"], why
     if defect == "nan":
         assert why["streamed"].startswith("1 points have NaN or infinite coordinates")
-
-
-def test_rows_past_the_declared_count_are_ignored_both_ways(tmp_path, capsys):
-    """read_ply reads the rows the header declares and ignores bytes after them; so does the streamed path."""
-    src = raw_ply(tmp_path / "long.ply", scan(cloud(300, 15)), count=299)
-    mem, st = both(tmp_path, src, ["--voxel", "0.1"], 16, capsys)
-    assert st == mem
+    if defect in ("count-too-small", "ascii-long"):
+        assert "wrong element count" in why["streamed"] and "dropped silently" in why["streamed"], why
 
 
 def test_points_read_count_when_a_later_step_fails(tmp_path, capsys):

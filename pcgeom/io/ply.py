@@ -203,6 +203,9 @@ def _check_body_size(path, f, header: _Header) -> int:
         lines = _count_lines(f, header.size, needed)
         if lines < needed:
             raise _fail(path, f"truncated file or wrong element count: the header declares {needed} data lines ({desc}) but only {lines} follow")
+        if _text_after_lines(f, header.size, needed):
+            raise _fail(path, f"wrong element count: the header declares {needed} data lines ({desc}) but more "
+                              "data follows them (rows past a declared count would be dropped silently)")
         return file_size
     needed = sum(e.count * _min_row_bytes(e) for e in header.elements)
     exact = all(p.list_len_type is None for e in header.elements for p in e.properties) and all(
@@ -214,7 +217,38 @@ def _check_body_size(path, f, header: _Header) -> int:
             f"truncated file or wrong element count: the header declares {desc}, which needs {qual}{needed} bytes "
             f"of {header.format} data, but only {available} bytes follow the header",
         )
+    # A fixed-size layout with at least one more row of the last element after the declared data: the count
+    # is too small, and the rows past it would be dropped silently. Less than a row (a trailing newline,
+    # padding) is tolerated, as other readers do.
+    if exact and header.elements and available - needed >= _min_row_bytes(header.elements[-1]):
+        raise _fail(
+            path,
+            f"wrong element count: the header declares {desc}, which needs {needed} bytes of {header.format} data, "
+            f"but {available} bytes follow the header ({available - needed} more: rows past a declared count "
+            "would be dropped silently)",
+        )
     return file_size
+
+
+def _text_after_lines(f, offset: int, lines: int) -> bool:
+    """Whether anything but whitespace follows the first ``lines`` lines from ``offset`` (read in blocks)."""
+    f.seek(offset)
+    seen = 0
+    while True:
+        chunk = f.read(1 << 20)
+        if not chunk:
+            return False
+        if seen < lines:
+            n = chunk.count(b"\n")
+            if seen + n < lines:
+                seen += n
+                continue
+            pos = -1
+            for _ in range(lines - seen):
+                pos = chunk.index(b"\n", pos + 1)
+            seen, chunk = lines, chunk[pos + 1:]
+        if chunk.strip():
+            return True
 
 
 def _count_lines(f, offset: int, wanted: int) -> int:
