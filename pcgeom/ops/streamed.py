@@ -106,6 +106,71 @@ def _split(x: torch.Tensor, seg: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return seg[left], seg[~left]
 
 
+def _np_split(c: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_split` on a segment carried with its coordinates: ``c`` ``(D, n)`` (contiguous per
+    axis), ``idx`` ``(n,)`` ascending -> ``(left mask, or None to cut by position)``, the same
+    decision as :func:`_split` (widest axis first in axis order, the lower median, ``<=``; ``<``
+    when the median is the maximum)."""
+    best, best_ext = -1, 0.0
+    lo, hi = c.min(1), c.max(1)
+    for a in range(c.shape[0]):
+        ext = float(hi[a]) - float(lo[a])  # in double, as _split subtracts Python floats
+        if ext > best_ext:
+            best, best_ext = a, ext
+    if best < 0:
+        return None, None
+    col = c[best]
+    kth = (col.size + 1) // 2 - 1
+    v = np.partition(col, kth)[kth]  # kthvalue's value: the (n+1)//2-th smallest
+    left = col <= v
+    if v == hi[best]:  # the median is the maximum: every point would go left, so the minimum < it does
+        left = col < v
+    return left, best
+
+
+def _tiles_numpy(x: torch.Tensor, block: int, acc: torch.dtype):
+    """:class:`SpatialTiles`' tiles of a CPU tensor, built with numpy: each segment carries its own
+    coordinates (``(D, n)``, one contiguous row per axis) and indices, so a split is a few linear
+    passes over contiguous memory instead of gathers from the strided input.  Returns
+    ``(perm (N,) int64, counts [T], lo (T, D), hi (T, D))``, the tiles :func:`_split` makes."""
+    n, d = x.shape
+    work_dt = np.float64 if x.dtype == torch.float64 else np.float32  # exact for every input dtype
+    ind_dt = np.int32 if n <= np.iinfo(np.int32).max else np.int64
+    perm = np.empty(n, dtype=np.int64)
+    counts, los, his = [], [], []
+    if n == 0:
+        return perm, counts, np.empty((0, d), work_dt), np.empty((0, d), work_dt)
+    # The coordinates one axis at a time: never a (N, D) copy of a strided or memory-mapped input at once.
+    c = np.empty((d, n), dtype=work_dt)
+    for a in range(d):
+        col = x[:, a]
+        c[a] = (col.float() if col.dtype == torch.bfloat16 else col).numpy()  # numpy has no bfloat16
+    work = [(c, np.arange(n, dtype=ind_dt))]
+    at = 0
+    while work:
+        c, idx = work.pop()
+        m = idx.size
+        if m <= block:
+            perm[at:at + m] = idx
+            at += m
+            counts.append(m)
+            los.append(c.min(1))
+            his.append(c.max(1))
+            continue
+        left, _ = _np_split(c, idx)
+        if left is None:  # every point coincides: cut by position, as _split does
+            half = m // 2
+            parts = ((c[:, :half], idx[:half]), (c[:, half:], idx[half:]))
+        else:
+            right = ~left
+            parts = ((np.compress(left, c, axis=1), idx[left]), (np.compress(right, c, axis=1), idx[right]))
+        del c, idx, left
+        work.append(parts[1])  # depth first, left before right: neighbouring tiles stay close in order
+        work.append(parts[0])
+        del parts
+    return perm, counts, np.stack(los), np.stack(his)
+
+
 class SpatialTiles:
     """Rows of an ``(N, D)`` tensor cut into axis-aligned tiles of at most ``block`` rows.
 
@@ -115,11 +180,28 @@ class SpatialTiles:
         counts: ``(T,)`` int64 rows per tile (no tile is empty).
         lo, hi: ``(T, D)`` each tile's tight bounding box, in ``acc`` (exact copies of coordinates).
 
-    Building it costs a few passes over one coordinate column at a time and the
-    ``(N,)`` permutation; coordinates must be finite (checked by the callers).
+    The tiles are those of recursive :func:`_split` calls (median splits of the
+    widest axis), depth first.  On CPU they are built by :func:`_tiles_numpy`,
+    linear passes over a per-axis copy of the coordinates per tree level (about
+    ``N * (D * itemsize + 4)`` bytes twice over at the first split); elsewhere
+    by :func:`_split` on index segments.  Coordinates must be finite (checked
+    by the callers).
     """
 
     def __init__(self, x: torch.Tensor, block: int, acc: torch.dtype):
+        if x.device.type == "cpu":
+            perm, counts, lo, hi = _tiles_numpy(x, block, acc)
+            self.perm = torch.from_numpy(perm)
+            self.counts = torch.tensor(counts, dtype=torch.int64)
+            self.lo = torch.from_numpy(lo).to(acc)
+            self.hi = torch.from_numpy(hi).to(acc)
+        else:
+            self._build_by_index(x, block, acc)
+        self.starts = torch.zeros(self.counts.numel() + 1, dtype=torch.int64)
+        self.starts[1:] = self.counts.cumsum(0)
+
+    def _build_by_index(self, x: torch.Tensor, block: int, acc: torch.dtype) -> None:
+        """The tiles by :func:`_split` on index segments, on any device (the specification of :func:`_tiles_numpy`)."""
         n = x.shape[0]
         leaves = []
         work = [torch.arange(n, device=x.device)] if n else []
@@ -133,8 +215,6 @@ class SpatialTiles:
             work.append(left)
         self.perm = torch.cat(leaves) if leaves else torch.empty(0, dtype=torch.int64, device=x.device)
         self.counts = torch.tensor([s.numel() for s in leaves], dtype=torch.int64)
-        self.starts = torch.zeros(len(leaves) + 1, dtype=torch.int64)
-        self.starts[1:] = self.counts.cumsum(0)
         d = x.shape[1]
         self.lo = torch.empty((len(leaves), d), dtype=acc, device=x.device)
         self.hi = torch.empty((len(leaves), d), dtype=acc, device=x.device)
@@ -172,6 +252,19 @@ def ascending(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return torch.sort(rows, stable=True)
     order = torch.from_numpy(np.argsort(rows.numpy(), kind="stable"))
     return rows.index_select(0, order), order
+
+
+def _where(mask: torch.Tensor) -> torch.Tensor:
+    """``mask.nonzero()`` flattened: numpy's on CPU (several times faster than torch's there)."""
+    if mask.device.type == "cpu":
+        return torch.from_numpy(np.flatnonzero(mask.numpy()))
+    return mask.nonzero().flatten()
+
+
+def _take(mask: torch.Tensor, *ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``t[mask]`` for each ``t``: one index, then row gathers."""
+    at = _where(mask)
+    return tuple(t.index_select(0, at) for t in ts)
 
 
 def halo_above(d2: torch.Tensor) -> torch.Tensor:
@@ -214,9 +307,12 @@ class _Search:
 
     # -- one search of queries against the points near them -------------------------------------
     def _op(self, q: torch.Tensor, c: torch.Tensor):
+        # The batched (1, n, D) form: the same kernel call as the packed 2-D form, without its pad/unpad copies.
         if self.is_knn:
-            return knn(q, c, self.k)
-        return ball_query(q, c, self.radius, self.k, order=self.order)
+            d, i = knn(q[None], c[None], self.k)
+        else:
+            d, i = ball_query(q[None], c[None], self.radius, self.k, order=self.order)
+        return d[0], i[0]
 
     def _merge(self, run, new):
         """Two partial answers (disjoint candidates) -> the answer over both: ordered by (distance,
@@ -252,12 +348,33 @@ class _Search:
             chunks[-1].append(t)
             held += c
         run, searched = None, 0
+        if finite:
+            # Tiles whose whole box passes the point test below pass it point by point (rounding is
+            # monotone): only the others are filtered.
+            inside = ((self.ptiles.hi - qhi < h) & (qlo - self.ptiles.lo < h)).all(1).cpu().tolist()
         for chunk in chunks:
-            rows = (torch.cat([self.ptiles.tile(t) for t in chunk]) if chunk else self.ptiles.perm[:0])
-            pts = self.points.index_select(0, rows).to(self.acc)
-            if finite and rows.numel():
-                keep = ((pts - qhi < h) & (qlo - pts < h)).all(1)
-                rows, pts = rows[keep], pts[keep]
+            if finite:
+                whole = [t for t in chunk if inside[t]]
+                edge = [t for t in chunk if not inside[t]]
+            else:
+                whole, edge = chunk, []
+            parts_r, parts_p = [], []
+            if whole:
+                r = torch.cat([self.ptiles.tile(t) for t in whole])
+                parts_r.append(r)
+                parts_p.append(self.points.index_select(0, r).to(self.acc))
+            if edge:
+                r = torch.cat([self.ptiles.tile(t) for t in edge])
+                p = self.points.index_select(0, r).to(self.acc)
+                r, p = _take(((p - qhi < h) & (qlo - p < h)).all(1), r, p)
+                parts_r.append(r)
+                parts_p.append(p)
+            if parts_r:
+                rows = torch.cat(parts_r) if len(parts_r) > 1 else parts_r[0]
+                pts = torch.cat(parts_p) if len(parts_p) > 1 else parts_p[0]
+            else:
+                rows = self.ptiles.perm[:0]
+                pts = self.points[:0].to(self.acc)
             searched += rows.numel()
             # Ascending global order: the kernel's "lower index wins a tie" is then pcgeom.knn's on the whole cloud.
             rows, order = ascending(rows)
@@ -332,13 +449,13 @@ class _Search:
                 yield rows, d, i
                 continue
             if bool(ok.any()):
-                yield rows[ok], d[ok], i[ok]
+                yield _take(ok, rows, d, i)
             bad = ~ok
-            dk = dk[bad]
+            rows, qc, dk = _take(bad, rows, qc, dk)
             grow = torch.maximum(h, self.base) * 2
             # A finite k-th distance over a subset bounds the true one: a halo just above it proves the row.
             new = torch.where(torch.isfinite(dk), halo_above(torch.where(torch.isfinite(dk), dk, 0)), grow)
-            work.append((rows[bad], qc[bad], new))
+            work.append((rows, qc, new))
 
 
 def _progress(fn: str, total: int, progress):
@@ -422,10 +539,9 @@ def _write(fn, blocks, M, k, dtype, index_dtype, device, out_dist2, out_idx):
         out_idx = V.alloc_named(fn, "k", k, "idx", (M, k), torch.iinfo(index_dtype).bits // 8,
                                 lambda: torch.empty((M, k), dtype=index_dtype, device=device))
     for b in blocks:
-        rows = b.rows.to(out_dist2.device)
-        out_dist2[rows] = b.dist2.to(out_dist2.device)
-        rows = b.rows.to(out_idx.device)
-        out_idx[rows] = b.idx.to(out_idx.device)
+        # index_copy_: the same rows written as out[rows] = ..., without index_put's general machinery.
+        out_dist2.index_copy_(0, b.rows.to(out_dist2.device), b.dist2.to(out_dist2.device))
+        out_idx.index_copy_(0, b.rows.to(out_idx.device), b.idx.to(out_idx.device))
     return KNNResult(out_dist2, out_idx)
 
 
