@@ -39,7 +39,7 @@ once it ran out of time or memory at a smaller one.
 Results are merged into ``--json`` (default ``benchmarks/RESULTS-scale.json``;
 a new measurement replaces the one of the same tool, step and size), from
 which ``--results`` (``benchmarks/RESULTS-scale.md``) and ``--plot``
-(``benchmarks/scale.png``) are rewritten: time and peak RSS per tool and size,
+(``docs/assets/benchmarks/scale.png``, shown in docs/guides/large-scenes.md) are rewritten: time and peak RSS per tool and size,
 the ratios to pcgeom, and a linear fit ``t = a + b N`` per row.  So sizes can
 be run one at a time, and ``--report-only`` redraws from the JSON.
 
@@ -440,7 +440,9 @@ def report(args, data):
         _save_json(args.json, data)
     if data.get("note"):
         lines += ["## Notes", "", data["note"], ""]
-    lines += ["![time against N, log-log, with the linear fits](scale.png)", ""]
+    plot_rel = os.path.relpath(args.plot, ROOT)
+    lines += [f"The plot (time and peak RSS against N, log-log, with the linear fits): `{plot_rel}`, shown in "
+              "docs/guides/large-scenes.md (section Benchmark).", ""]
     with open(args.results, "w") as f:
         f.write("\n".join(lines))
     plot(args.plot, runs, sizes)
@@ -504,7 +506,7 @@ def main(argv=None):
     ap.add_argument("--nice", type=int, default=0, help="niceness of the measured processes")
     ap.add_argument("--json", default=os.path.join(HERE, "RESULTS-scale.json"))
     ap.add_argument("--results", default=os.path.join(HERE, "RESULTS-scale.md"))
-    ap.add_argument("--plot", default=os.path.join(HERE, "scale.png"))
+    ap.add_argument("--plot", default=os.path.join(ROOT, "docs", "assets", "benchmarks", "scale.png"))
     ap.add_argument("--note", default=None, help="a paragraph for the Notes section, kept in --json for later runs "
                     "(say if the machine was shared); --note '' removes it")
     ap.add_argument("--report-only", action="store_true", help="redraw the table and plot from --json")

@@ -101,6 +101,7 @@ def test_tiles_built_with_numpy_are_the_median_split_tiles(cloud, block):
     for name in ("perm", "counts", "starts", "lo", "hi"):
         a, b = getattr(got, name), getattr(spec, name)
         assert a.dtype == b.dtype and torch.equal(a, b), name
+    assert got.paths == spec.paths
     n = x.shape[0]
     assert got.perm.dtype == torch.int64 and torch.equal(got.perm.sort().values, torch.arange(n))
     assert got.lo.dtype == acc and got.lo.shape == (len(got), x.shape[1])
@@ -120,6 +121,45 @@ def test_tile_split_is_the_lower_median_of_the_widest_axis():
     assert [t.tile(i).tolist() for i in range(len(t))] == [[1, 2, 4], [0, 3]]
     assert torch.equal(t.lo, torch.stack([x[[1, 2, 4]].amin(0), x[[0, 3]].amin(0)]))
     assert torch.equal(t.hi, torch.stack([x[[1, 2, 4]].amax(0), x[[0, 3]].amax(0)]))
+
+
+def test_tile_paths_and_subtree_runs():
+    """Paths name each tile's way down the split tree; the runs are the largest subtrees within the
+    limit, consecutive, covering every tile once, and every block of a self-KNN is one such subtree."""
+    x = _clustered(5000, seed=19)
+    t = S.SpatialTiles(x, 40, torch.float32)
+    assert len(set(t.paths)) == len(t) and all(set(p) <= {"0", "1"} for p in t.paths)
+    assert t.paths == sorted(t.paths)  # depth first, left ("0") before right
+    for a, b in zip(t.paths, t.paths[1:]):
+        assert not b.startswith(a)  # leaves: no path is another's prefix
+    counts = t.counts.tolist()
+    for limit in (1, 40, 333, 10**6):
+        runs = S.subtree_runs(t.paths, counts, limit)
+        assert runs[0][0] == 0 and runs[-1][1] == len(t)
+        assert all(r[1] == q[0] for r, q in zip(runs, runs[1:]))
+        for lo, hi in runs:
+            assert hi - lo == 1 or sum(counts[lo:hi]) <= limit
+            pre = os.path.commonprefix(t.paths[lo:hi])
+            # exactly the tiles under one node: none outside [lo, hi) shares the node's prefix
+            assert all(not t.paths[i].startswith(pre) for i in range(len(t)) if not lo <= i < hi) or hi - lo == 1
+            if pre:  # the largest such: the parent subtree would be over the limit
+                parent = pre[:-1]
+                under = [i for i in range(len(t)) if t.paths[i].startswith(parent)]
+                assert len(pre) == 0 or sum(counts[i] for i in under) > limit
+    assert S.subtree_runs([], [], 10) == []
+    assert S.subtree_runs([""], [5], 1) == [(0, 1)]
+
+
+def test_scan_like_cloud_with_outliers_in_the_air():
+    """A dense ground with a few isolated points high above it: the sampled first halo ignores
+    them and the redo searches them apart from the block's edge rows -- the answer is unchanged."""
+    g = _gen(20)
+    ground = torch.rand(6000, 3, generator=g, dtype=torch.float64) * torch.tensor([10.0, 10.0, 0.05])
+    air = torch.rand(40, 3, generator=g, dtype=torch.float64) * torch.tensor([10.0, 10.0, 8.0]) + torch.tensor(
+        [0, 0, 2.0])
+    x = torch.cat([ground, air])[torch.randperm(6040, generator=g)].float()
+    for block in (256, 1024):
+        _knn_both(x, x, 16, block)
 
 
 def test_where_and_take_match_boolean_indexing():
