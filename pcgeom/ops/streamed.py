@@ -380,27 +380,22 @@ class _Search:
                 edge = [t for t in chunk if not inside[t]]
             else:
                 whole, edge = chunk, []
-            parts_r, parts_p = [], []
+            # Coordinates are gathered only where the point test needs them (edge tiles), and then once
+            # for all candidates in ascending row order (a forward sweep through the points).
+            parts = []
             if whole:
-                r = torch.cat([self.ptiles.tile(t) for t in whole])
-                parts_r.append(r)
-                parts_p.append(self.points.index_select(0, r).to(self.acc))
+                parts.append(torch.cat([self.ptiles.tile(t) for t in whole]))
             if edge:
                 r = torch.cat([self.ptiles.tile(t) for t in edge])
                 p = self.points.index_select(0, r).to(self.acc)
-                r, p = _take(((p - qhi < h) & (qlo - p < h)).all(1), r, p)
-                parts_r.append(r)
-                parts_p.append(p)
-            if parts_r:
-                rows = torch.cat(parts_r) if len(parts_r) > 1 else parts_r[0]
-                pts = torch.cat(parts_p) if len(parts_p) > 1 else parts_p[0]
-            else:
-                rows = self.ptiles.perm[:0]
-                pts = self.points[:0].to(self.acc)
+                parts.append(_take(((p - qhi < h) & (qlo - p < h)).all(1), r)[0])
+                del p
+            rows = (torch.cat(parts) if len(parts) > 1 else parts[0]) if parts else self.ptiles.perm[:0]
             searched += rows.numel()
             # Ascending global order: the kernel's "lower index wins a tie" is then pcgeom.knn's on the whole cloud.
-            rows, order = ascending(rows)
-            d, i = self._op(q, pts.index_select(0, order))
+            rows = torch.from_numpy(np.sort(rows.numpy(), kind="stable")) if rows.device.type == "cpu" \
+                else ascending(rows)[0]
+            d, i = self._op(q, self.points.index_select(0, rows).to(self.acc))
             i = torch.where(i >= 0, rows[i.clamp_min(0)] if rows.numel() else i, i)
             run = (d, i) if run is None else self._merge(run, (d, i))
         return run[0], run[1], searched == self.points.shape[0]
