@@ -66,6 +66,112 @@ def _knn_both(q, p, k, block, **kw):
     return ref
 
 
+# --- the tiles ------------------------------------------------------------------------------------
+
+
+def _tiles_by_index(x, block, acc):
+    t = S.SpatialTiles.__new__(S.SpatialTiles)
+    t._build_by_index(x, block, acc)
+    t.starts = torch.cat([torch.zeros(1, dtype=torch.int64), t.counts.cumsum(0)])
+    return t
+
+
+_TILE_CLOUDS = {
+    "uniform": lambda: _uniform(3000, seed=11),
+    "clustered": lambda: _clustered(2500, seed=12),
+    "lattice": lambda: _lattice(9),  # medians fall on points: the "<" rule when the median is the maximum
+    "coincident": lambda: torch.zeros(300, 3),  # cut by position
+    "flat": lambda: torch.cat([_uniform(400, d=2, seed=13), torch.zeros(400, 1)], 1),  # one axis of zero extent
+    "float16": lambda: _uniform(1500, dtype=torch.float16, seed=14),
+    "bfloat16": lambda: _uniform(1500, dtype=torch.bfloat16, seed=15),
+    "float64_d7": lambda: _uniform(1200, d=7, dtype=torch.float64, seed=16),
+    "strided": lambda: _uniform(2000, d=5, seed=17)[:, 1:4],  # a non-contiguous view
+    "empty": lambda: torch.empty(0, 3),
+}
+
+
+@pytest.mark.parametrize("cloud", sorted(_TILE_CLOUDS))
+@pytest.mark.parametrize("block", [1, 7, 100, 10**6])
+def test_tiles_built_with_numpy_are_the_median_split_tiles(cloud, block):
+    """The CPU build (per-axis copies split level by level) gives exactly the tiles of the
+    index-segment build, and both hold the invariants the search's proof needs."""
+    x = _TILE_CLOUDS[cloud]()
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    got, spec = S.SpatialTiles(x, block, acc), _tiles_by_index(x, block, acc)
+    for name in ("perm", "counts", "starts", "lo", "hi"):
+        a, b = getattr(got, name), getattr(spec, name)
+        assert a.dtype == b.dtype and torch.equal(a, b), name
+    assert got.paths == spec.paths
+    n = x.shape[0]
+    assert got.perm.dtype == torch.int64 and torch.equal(got.perm.sort().values, torch.arange(n))
+    assert got.lo.dtype == acc and got.lo.shape == (len(got), x.shape[1])
+    assert int(got.counts.sum()) == n and bool((got.counts >= 1).all()) and bool((got.counts <= block).all())
+    xa = x.to(acc)
+    for t in range(len(got)):
+        rows = got.tile(t)
+        assert bool((rows[1:] > rows[:-1]).all())  # ascending within the tile
+        pts = xa[rows]
+        assert torch.equal(got.lo[t], pts.amin(0)) and torch.equal(got.hi[t], pts.amax(0))  # tight boxes
+
+
+def test_tile_split_is_the_lower_median_of_the_widest_axis():
+    """One split by hand: the widest axis is y, its lower median 2 goes left with everything <= it."""
+    x = torch.tensor([[0.0, 5, 0], [0.5, 1, 0], [0.2, 2, 0], [0.1, 9, 0], [0.3, 2, 0]])
+    t = S.SpatialTiles(x, 3, torch.float32)
+    assert [t.tile(i).tolist() for i in range(len(t))] == [[1, 2, 4], [0, 3]]
+    assert torch.equal(t.lo, torch.stack([x[[1, 2, 4]].amin(0), x[[0, 3]].amin(0)]))
+    assert torch.equal(t.hi, torch.stack([x[[1, 2, 4]].amax(0), x[[0, 3]].amax(0)]))
+
+
+def test_tile_paths_and_subtree_runs():
+    """Paths name each tile's way down the split tree; the runs are the largest subtrees within the
+    limit, consecutive, covering every tile once, and every block of a self-KNN is one such subtree."""
+    x = _clustered(5000, seed=19)
+    t = S.SpatialTiles(x, 40, torch.float32)
+    assert len(set(t.paths)) == len(t) and all(set(p) <= {"0", "1"} for p in t.paths)
+    assert t.paths == sorted(t.paths)  # depth first, left ("0") before right
+    for a, b in zip(t.paths, t.paths[1:]):
+        assert not b.startswith(a)  # leaves: no path is another's prefix
+    counts = t.counts.tolist()
+    for limit in (1, 40, 333, 10**6):
+        runs = S.subtree_runs(t.paths, counts, limit)
+        assert runs[0][0] == 0 and runs[-1][1] == len(t)
+        assert all(r[1] == q[0] for r, q in zip(runs, runs[1:]))
+        for lo, hi in runs:
+            assert hi - lo == 1 or sum(counts[lo:hi]) <= limit
+            pre = os.path.commonprefix(t.paths[lo:hi])
+            # exactly the tiles under one node: none outside [lo, hi) shares the node's prefix
+            assert all(not t.paths[i].startswith(pre) for i in range(len(t)) if not lo <= i < hi) or hi - lo == 1
+            if pre:  # the largest such: the parent subtree would be over the limit
+                parent = pre[:-1]
+                under = [i for i in range(len(t)) if t.paths[i].startswith(parent)]
+                assert len(pre) == 0 or sum(counts[i] for i in under) > limit
+    assert S.subtree_runs([], [], 10) == []
+    assert S.subtree_runs([""], [5], 1) == [(0, 1)]
+
+
+def test_scan_like_cloud_with_outliers_in_the_air():
+    """A dense ground with a few isolated points high above it: the sampled first halo ignores
+    them and the redo searches them apart from the block's edge rows -- the answer is unchanged."""
+    g = _gen(20)
+    ground = torch.rand(6000, 3, generator=g, dtype=torch.float64) * torch.tensor([10.0, 10.0, 0.05])
+    air = torch.rand(40, 3, generator=g, dtype=torch.float64) * torch.tensor([10.0, 10.0, 8.0]) + torch.tensor(
+        [0, 0, 2.0])
+    x = torch.cat([ground, air])[torch.randperm(6040, generator=g)].float()
+    for block in (256, 1024):
+        _knn_both(x, x, 16, block)
+
+
+def test_where_and_take_match_boolean_indexing():
+    g = _gen(18)
+    mask = torch.rand(1000, generator=g) < 0.3
+    a, b = torch.randn(1000, 4, generator=g), torch.arange(1000)
+    ta, tb = S._take(mask, a, b)
+    assert torch.equal(ta, a[mask]) and torch.equal(tb, b[mask])
+    assert torch.equal(S._where(mask), mask.nonzero().flatten())
+    assert S._where(torch.zeros(5, dtype=torch.bool)).numel() == 0
+
+
 # --- KNN ------------------------------------------------------------------------------------------
 
 

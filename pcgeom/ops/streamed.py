@@ -61,6 +61,8 @@ CANDIDATE_BLOCKS = 8
 MIN_SPLIT_ROWS = 64
 #: Queries sampled per tile to guess the first halo of a KNN search.
 HALO_SAMPLES = 64
+#: The first halo is this quantile (a fraction) of the sampled queries' k-th distances.
+HALO_QUANTILE_NUM, HALO_QUANTILE_DEN = 9, 10
 #: Output entries (rows x k) per search: query blocks shrink for large k.
 _ENTRIES_PER_BLOCK_ROW = 16
 
@@ -106,6 +108,73 @@ def _split(x: torch.Tensor, seg: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return seg[left], seg[~left]
 
 
+def _np_split(c: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_split` on a segment carried with its coordinates: ``c`` ``(D, n)`` (contiguous per
+    axis), ``idx`` ``(n,)`` ascending -> ``(left mask, or None to cut by position)``, the same
+    decision as :func:`_split` (widest axis first in axis order, the lower median, ``<=``; ``<``
+    when the median is the maximum)."""
+    best, best_ext = -1, 0.0
+    lo, hi = c.min(1), c.max(1)
+    for a in range(c.shape[0]):
+        ext = float(hi[a]) - float(lo[a])  # in double, as _split subtracts Python floats
+        if ext > best_ext:
+            best, best_ext = a, ext
+    if best < 0:
+        return None, None
+    col = c[best]
+    kth = (col.size + 1) // 2 - 1
+    v = np.partition(col, kth)[kth]  # kthvalue's value: the (n+1)//2-th smallest
+    left = col <= v
+    if v == hi[best]:  # the median is the maximum: every point would go left, so the minimum < it does
+        left = col < v
+    return left, best
+
+
+def _tiles_numpy(x: torch.Tensor, block: int, acc: torch.dtype):
+    """:class:`SpatialTiles`' tiles of a CPU tensor, built with numpy: each segment carries its own
+    coordinates (``(D, n)``, one contiguous row per axis) and indices, so a split is a few linear
+    passes over contiguous memory instead of gathers from the strided input.  Returns
+    ``(perm (N,) int64, counts [T], lo (T, D), hi (T, D), paths [T])``, the tiles :func:`_split` makes."""
+    n, d = x.shape
+    work_dt = np.float64 if x.dtype == torch.float64 else np.float32  # exact for every input dtype
+    ind_dt = np.int32 if n <= np.iinfo(np.int32).max else np.int64
+    perm = np.empty(n, dtype=np.int64)
+    counts, los, his, paths = [], [], [], []
+    if n == 0:
+        return perm, counts, np.empty((0, d), work_dt), np.empty((0, d), work_dt), paths
+    # The coordinates one axis at a time: never a (N, D) copy of a strided or memory-mapped input at once.
+    c = np.empty((d, n), dtype=work_dt)
+    for a in range(d):
+        col = x[:, a]
+        c[a] = (col.float() if col.dtype == torch.bfloat16 else col).numpy()  # numpy has no bfloat16
+    work = [(c, np.arange(n, dtype=ind_dt), "")]
+    at = 0
+    while work:
+        c, idx, path = work.pop()
+        m = idx.size
+        if m <= block:
+            perm[at:at + m] = idx
+            at += m
+            counts.append(m)
+            los.append(c.min(1))
+            his.append(c.max(1))
+            paths.append(path)
+            continue
+        left, _ = _np_split(c, idx)
+        if left is None:  # every point coincides: cut by position, as _split does
+            half = m // 2
+            parts = ((c[:, :half], idx[:half], path + "0"), (c[:, half:], idx[half:], path + "1"))
+        else:
+            right = ~left
+            parts = ((np.compress(left, c, axis=1), idx[left], path + "0"),
+                     (np.compress(right, c, axis=1), idx[right], path + "1"))
+        del c, idx, left
+        work.append(parts[1])  # depth first, left before right: neighbouring tiles stay close in order
+        work.append(parts[0])
+        del parts
+    return perm, counts, np.stack(los), np.stack(his), paths
+
+
 class SpatialTiles:
     """Rows of an ``(N, D)`` tensor cut into axis-aligned tiles of at most ``block`` rows.
 
@@ -114,27 +183,45 @@ class SpatialTiles:
         starts: ``(T + 1,)`` int64: tile ``t`` is ``perm[starts[t]:starts[t + 1]]``.
         counts: ``(T,)`` int64 rows per tile (no tile is empty).
         lo, hi: ``(T, D)`` each tile's tight bounding box, in ``acc`` (exact copies of coordinates).
+        paths: ``T`` strings of ``0``/``1``: each tile's way down the split tree (``0`` = the
+            lower side); the tiles of one subtree share a prefix and are consecutive.
 
-    Building it costs a few passes over one coordinate column at a time and the
-    ``(N,)`` permutation; coordinates must be finite (checked by the callers).
+    The tiles are those of recursive :func:`_split` calls (median splits of the
+    widest axis), depth first.  On CPU they are built by :func:`_tiles_numpy`,
+    linear passes over a per-axis copy of the coordinates per tree level (about
+    ``N * (D * itemsize + 4)`` bytes twice over at the first split); elsewhere
+    by :func:`_split` on index segments.  Coordinates must be finite (checked
+    by the callers).
     """
 
     def __init__(self, x: torch.Tensor, block: int, acc: torch.dtype):
+        if x.device.type == "cpu":
+            perm, counts, lo, hi, self.paths = _tiles_numpy(x, block, acc)
+            self.perm = torch.from_numpy(perm)
+            self.counts = torch.tensor(counts, dtype=torch.int64)
+            self.lo = torch.from_numpy(lo).to(acc)
+            self.hi = torch.from_numpy(hi).to(acc)
+        else:
+            self._build_by_index(x, block, acc)
+        self.starts = torch.zeros(self.counts.numel() + 1, dtype=torch.int64)
+        self.starts[1:] = self.counts.cumsum(0)
+
+    def _build_by_index(self, x: torch.Tensor, block: int, acc: torch.dtype) -> None:
+        """The tiles by :func:`_split` on index segments, on any device (the specification of :func:`_tiles_numpy`)."""
         n = x.shape[0]
-        leaves = []
-        work = [torch.arange(n, device=x.device)] if n else []
+        leaves, self.paths = [], []
+        work = [(torch.arange(n, device=x.device), "")] if n else []
         while work:
-            seg = work.pop()
+            seg, path = work.pop()
             if seg.numel() <= block:
                 leaves.append(seg)
+                self.paths.append(path)
                 continue
             left, right = _split(x, seg)
-            work.append(right)  # depth first, left before right: neighbouring tiles stay close in order
-            work.append(left)
+            work.append((right, path + "1"))  # depth first, left before right: neighbouring tiles stay close
+            work.append((left, path + "0"))
         self.perm = torch.cat(leaves) if leaves else torch.empty(0, dtype=torch.int64, device=x.device)
         self.counts = torch.tensor([s.numel() for s in leaves], dtype=torch.int64)
-        self.starts = torch.zeros(len(leaves) + 1, dtype=torch.int64)
-        self.starts[1:] = self.counts.cumsum(0)
         d = x.shape[1]
         self.lo = torch.empty((len(leaves), d), dtype=acc, device=x.device)
         self.hi = torch.empty((len(leaves), d), dtype=acc, device=x.device)
@@ -172,6 +259,34 @@ def ascending(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return torch.sort(rows, stable=True)
     order = torch.from_numpy(np.argsort(rows.numpy(), kind="stable"))
     return rows.index_select(0, order), order
+
+
+def _where(mask: torch.Tensor) -> torch.Tensor:
+    """``mask.nonzero()`` flattened: numpy's on CPU (several times faster than torch's there)."""
+    if mask.device.type == "cpu":
+        return torch.from_numpy(np.flatnonzero(mask.numpy()))
+    return mask.nonzero().flatten()
+
+
+def _take(mask: torch.Tensor, *ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``t[mask]`` for each ``t``: one index, then row gathers."""
+    at = _where(mask)
+    return tuple(t.index_select(0, at) for t in ts)
+
+
+def subtree_runs(paths: list[str], counts: list[int], limit: int) -> list[tuple[int, int]]:
+    """``[(first tile, end tile)]``: the tiles cut into the largest subtrees of the split tree
+    (tiles sharing a path prefix) of at most ``limit`` rows; a single tile may exceed it."""
+    out, work = [], [(0, len(paths), 0)] if paths else []
+    while work:
+        lo, hi, depth = work.pop()
+        if hi - lo == 1 or sum(counts[lo:hi]) <= limit:
+            out.append((lo, hi))
+            continue
+        mid = next(t for t in range(lo, hi) if paths[t][depth] == "1")  # the left subtree's "0" tiles come first
+        work.append((mid, hi, depth + 1))
+        work.append((lo, mid, depth + 1))
+    return out
 
 
 def halo_above(d2: torch.Tensor) -> torch.Tensor:
@@ -214,9 +329,12 @@ class _Search:
 
     # -- one search of queries against the points near them -------------------------------------
     def _op(self, q: torch.Tensor, c: torch.Tensor):
+        # The batched (1, n, D) form: the same kernel call as the packed 2-D form, without its pad/unpad copies.
         if self.is_knn:
-            return knn(q, c, self.k)
-        return ball_query(q, c, self.radius, self.k, order=self.order)
+            d, i = knn(q[None], c[None], self.k)
+        else:
+            d, i = ball_query(q[None], c[None], self.radius, self.k, order=self.order)
+        return d[0], i[0]
 
     def _merge(self, run, new):
         """Two partial answers (disjoint candidates) -> the answer over both: ordered by (distance,
@@ -252,38 +370,47 @@ class _Search:
             chunks[-1].append(t)
             held += c
         run, searched = None, 0
+        if finite:
+            # Tiles whose whole box passes the point test below pass it point by point (rounding is
+            # monotone): only the others are filtered.
+            inside = ((self.ptiles.hi - qhi < h) & (qlo - self.ptiles.lo < h)).all(1).cpu().tolist()
         for chunk in chunks:
-            rows = (torch.cat([self.ptiles.tile(t) for t in chunk]) if chunk else self.ptiles.perm[:0])
-            pts = self.points.index_select(0, rows).to(self.acc)
-            if finite and rows.numel():
-                keep = ((pts - qhi < h) & (qlo - pts < h)).all(1)
-                rows, pts = rows[keep], pts[keep]
+            if finite:
+                whole = [t for t in chunk if inside[t]]
+                edge = [t for t in chunk if not inside[t]]
+            else:
+                whole, edge = chunk, []
+            # Coordinates are gathered only where the point test needs them (edge tiles), and then once
+            # for all candidates in ascending row order (a forward sweep through the points).
+            parts = []
+            if whole:
+                parts.append(torch.cat([self.ptiles.tile(t) for t in whole]))
+            if edge:
+                r = torch.cat([self.ptiles.tile(t) for t in edge])
+                p = self.points.index_select(0, r).to(self.acc)
+                parts.append(_take(((p - qhi < h) & (qlo - p < h)).all(1), r)[0])
+                del p
+            rows = (torch.cat(parts) if len(parts) > 1 else parts[0]) if parts else self.ptiles.perm[:0]
             searched += rows.numel()
             # Ascending global order: the kernel's "lower index wins a tie" is then pcgeom.knn's on the whole cloud.
-            rows, order = ascending(rows)
-            d, i = self._op(q, pts.index_select(0, order))
+            rows = torch.from_numpy(np.sort(rows.numpy(), kind="stable")) if rows.device.type == "cpu" \
+                else ascending(rows)[0]
+            d, i = self._op(q, self.points.index_select(0, rows).to(self.acc))
             i = torch.where(i >= 0, rows[i.clamp_min(0)] if rows.numel() else i, i)
             run = (d, i) if run is None else self._merge(run, (d, i))
         return run[0], run[1], searched == self.points.shape[0]
 
     # -- the blocks ---------------------------------------------------------------------------
     def query_blocks(self) -> Iterator[torch.Tensor]:
-        """Rows of each query block, ascending: runs of consecutive point tiles (self-KNN; the
-        depth-first tile order keeps a run compact) or the query tiles."""
+        """Rows of each query block, ascending: for self-KNN the point tiles of the largest subtrees
+        of the split tree that hold at most ``q_block`` rows (one box of the tree, so compact; a run
+        across two subtrees could span a far wider box), else the query tiles."""
         if self.qtiles is not None:
             for t in range(len(self.qtiles)):
                 yield self.qtiles.tile(t)
             return
-        run, held = [], 0
-        for t in range(len(self.ptiles)):
-            r = self.ptiles.tile(t)
-            if held + r.numel() > self.q_block and run:
-                yield ascending(torch.cat(run))[0]
-                run, held = [], 0
-            run.append(r)
-            held += r.numel()
-        if run:
-            yield ascending(torch.cat(run))[0]
+        for lo, hi in subtree_runs(self.ptiles.paths, self.ptiles.counts.tolist(), self.q_block):
+            yield ascending(torch.cat([self.ptiles.tile(t) for t in range(lo, hi)]))[0]
 
     def first_halo(self, qc: torch.Tensor, qlo, qhi) -> torch.Tensor:
         """A guess of the halo a KNN query block needs: the k-th distance of a few sampled
@@ -297,7 +424,12 @@ class _Search:
         d, _, _ = self.search(qc[pick], sel, tiny, (qlo, qhi))
         dk = d[:, self.k - 1]
         dk = dk[torch.isfinite(dk)]
-        return halo_above(dk.max()) if dk.numel() else self.base
+        if not dk.numel():
+            return self.base
+        # A high quantile, not the maximum: one isolated sample (an outlier in the air) would widen the
+        # whole block's halo; the rows above it are redone with their own halos.
+        dk = dk.sort().values
+        return halo_above(dk[(dk.numel() * HALO_QUANTILE_NUM + HALO_QUANTILE_DEN - 1) // HALO_QUANTILE_DEN - 1])
 
     def blocks(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         for rows in self.query_blocks():
@@ -314,6 +446,17 @@ class _Search:
         while work:
             rows, qc, halos = work.pop()
             h = halos.max()
+            if rows.numel() > MIN_SPLIT_ROWS:
+                # Rows of very different halos (a block's edge rows and its isolated points) apart: the
+                # search of all of them with the largest halo would gather far more candidates.
+                mid = halos.median()
+                wide = halos > 2 * mid
+                if bool(wide.any()) and not bool(wide.all()):
+                    r, c, hh = _take(wide, rows, qc, halos)
+                    work.append((r, c, hh))
+                    r, c, hh = _take(~wide, rows, qc, halos)
+                    work.append((r, c, hh))
+                    continue
             qlo, qhi = qc.amin(0), qc.amax(0)
             sel = self.ptiles.near(qlo, qhi, h)
             n_cand = int(self.ptiles.counts[sel].sum())
@@ -332,13 +475,13 @@ class _Search:
                 yield rows, d, i
                 continue
             if bool(ok.any()):
-                yield rows[ok], d[ok], i[ok]
+                yield _take(ok, rows, d, i)
             bad = ~ok
-            dk = dk[bad]
+            rows, qc, dk = _take(bad, rows, qc, dk)
             grow = torch.maximum(h, self.base) * 2
             # A finite k-th distance over a subset bounds the true one: a halo just above it proves the row.
             new = torch.where(torch.isfinite(dk), halo_above(torch.where(torch.isfinite(dk), dk, 0)), grow)
-            work.append((rows[bad], qc[bad], new))
+            work.append((rows, qc, new))
 
 
 def _progress(fn: str, total: int, progress):
@@ -422,10 +565,9 @@ def _write(fn, blocks, M, k, dtype, index_dtype, device, out_dist2, out_idx):
         out_idx = V.alloc_named(fn, "k", k, "idx", (M, k), torch.iinfo(index_dtype).bits // 8,
                                 lambda: torch.empty((M, k), dtype=index_dtype, device=device))
     for b in blocks:
-        rows = b.rows.to(out_dist2.device)
-        out_dist2[rows] = b.dist2.to(out_dist2.device)
-        rows = b.rows.to(out_idx.device)
-        out_idx[rows] = b.idx.to(out_idx.device)
+        # index_copy_: the same rows written as out[rows] = ..., without index_put's general machinery.
+        out_dist2.index_copy_(0, b.rows.to(out_dist2.device), b.dist2.to(out_dist2.device))
+        out_idx.index_copy_(0, b.rows.to(out_idx.device), b.idx.to(out_idx.device))
     return KNNResult(out_dist2, out_idx)
 
 
@@ -460,8 +602,11 @@ def knn_blocks(query, points, k, *, index_dtype=torch.int64, block_points=DEFAUL
         No autograd: the inputs are detached.
 
     Memory: besides one block, an ``(N,)`` int64 permutation of the points
-    (and one of the queries unless ``query is points``), built one coordinate
-    column at a time; never an ``M x N`` matrix or the ``(M, k)`` output.
+    (and one of the queries unless ``query is points``); building it (on CPU)
+    holds a per-axis copy of the coordinates with int32 row numbers, twice
+    over while the first split runs -- about ``2 * N * (4 D + 4)`` bytes for
+    float32, 3.2 GB at 10^8 points in 3-D -- and frees them before the search;
+    never an ``M x N`` matrix or the ``(M, k)`` output.
 
     Raises:
         TypeError, ValueError: bad shapes or dtypes, ``k < 1``, non-finite
