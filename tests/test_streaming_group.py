@@ -343,7 +343,7 @@ def test_torchrun_ranks_share_the_files_on_the_streamed_path(tmp_path):
     hook = tmp_path / "hook"  # every rank records that it took the streamed path, and for which file
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(textwrap.dedent(f"""
-        import os, pcgeom.streaming as S
+        import os, pcgeom.streaming.group as S
         real = S.group_streamed
         def group_streamed(src, *a, **kw):
             open(os.path.join({str(tmp_path)!r}, "streamed-" + os.environ["RANK"] + "-" + os.path.basename(src)),
