@@ -191,7 +191,8 @@ def group_streamed(src, ply_path, pt_path, n_centers: int, k: int, *, png_path=N
 
     Args:
         src: the PLY file (binary either byte order, or ASCII).
-        ply_path, pt_path: the outputs to create.
+        ply_path: the ``<name>_patches.ply`` output to create.
+        pt_path: the ``<name>_patches.pt`` output to create.
         n_centers: G, an int in ``[1, N]``.
         k: points per patch, an int in ``[1, N]``.
         png_path: also draw the picture there (``renderer`` as ``render_neighbourhoods``' backend).

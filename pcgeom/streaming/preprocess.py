@@ -154,7 +154,10 @@ def in_memory_bytes(n_points: int, row_bytes: int, *, statistical=None, radius=N
     Args:
         n_points: the header's vertex count.
         row_bytes: bytes of one vertex row as stored.
-        statistical, radius, normals, float64: the steps, as :func:`preprocess_streamed` takes them.
+        statistical: ``(k, std_ratio)`` or ``None``, as :func:`preprocess_streamed` takes it.
+        radius: ``(radius, min_neighbors)`` or ``None``, likewise.
+        normals: K of the normals step, or ``None``.
+        float64: whether the run computes in float64.
 
     Returns:
         Bytes, an int.
@@ -202,7 +205,10 @@ def plan_preprocess(src, budget_bytes: int, *, statistical=None, radius=None, no
     Args:
         src: the PLY file (only its header is read, :func:`pcgeom.io.ply_info`).
         budget_bytes: the memory budget, bytes > 0.
-        statistical, radius, normals, float64: the steps, as :func:`preprocess_streamed` takes them.
+        statistical: ``(k, std_ratio)`` or ``None``, as :func:`preprocess_streamed` takes it.
+        radius: ``(radius, min_neighbors)`` or ``None``, likewise.
+        normals: K of the normals step, or ``None``.
+        float64: whether the run computes in float64.
         block_points: an int >= 1 to force the streamed path with this tile size, or ``None``.
 
     Returns:
