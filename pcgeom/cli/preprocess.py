@@ -45,7 +45,7 @@ def add_arguments(p) -> None:
     p.add_argument("--memory", type=memory_gb, default=None, metavar="GB",
                    help="memory budget in GB (10^9 bytes): a file whose in-memory run would need more is streamed "
                         "in spatial tiles, with the same output (default: half the memory available when the "
-                        f"command starts, MemAvailable / 2: {default_memory_gb():.3g} GB now)")
+                        "command starts, MemAvailable / 2)")
     p.add_argument("--block-points", type=positive_int, default=None, metavar="N",
                    help="stream every file, in tiles of N points (for testing and tuning; default: stream only "
                         "files larger than --memory, with the largest tile it holds)")
