@@ -462,3 +462,123 @@ def test_streamed_knn_fits_a_budget_the_in_memory_call_exceeds(tmp_path):
         seen += m
     assert seen == n
     assert np.array_equal(idx, ref.idx.numpy()) and np.array_equal(dist, ref.dist2.numpy())
+
+
+# --- memory-mapped outputs through staging files ---------------------------------------------------
+
+
+def test_shared_file_mapping_detects_only_shared_file_maps(tmp_path):
+    t = torch.from_file(str(tmp_path / "a.bin"), shared=True, size=4096, dtype=torch.float32)
+    assert S.shared_file_mapping(t) == str(tmp_path / "a.bin")
+    assert S.shared_file_mapping(t.view(64, 64)[10:20]) == str(tmp_path / "a.bin")
+    assert S.shared_file_mapping(t.view(64, 64)[:, 3]) == str(tmp_path / "a.bin")
+    assert S.shared_file_mapping(torch.zeros(4096)) is None  # anonymous memory
+    w = np.lib.format.open_memmap(tmp_path / "b.npy", mode="w+", dtype=np.int64, shape=(100, 4))
+    assert S.shared_file_mapping(torch.from_numpy(w)) == str(tmp_path / "b.npy")
+    w.flush()
+    del w
+    c = np.load(tmp_path / "b.npy", mmap_mode="c")  # copy-on-write: writes never reach the file
+    assert S.shared_file_mapping(torch.from_numpy(c)) is None
+    (tmp_path / "c.bin").write_bytes(bytes(4 * 4096))
+    p = torch.from_file(str(tmp_path / "c.bin"), shared=False, size=4096, dtype=torch.float32)
+    assert S.shared_file_mapping(p) is None
+
+
+def _staging(monkeypatch, bucket_bytes):
+    monkeypatch.setattr(S, "STAGE_MIN_BYTES", 0)
+    monkeypatch.setattr(S, "STAGE_BUCKET_BYTES", bucket_bytes)
+
+
+@pytest.mark.parametrize("bucket_bytes, max_buckets", [(1 << 12, 128), (1 << 12, 3), (1 << 30, 128)])
+def test_staged_memmap_outputs_equal_the_in_memory_answer(tmp_path, monkeypatch, bucket_bytes, max_buckets):
+    """Many buckets (rows of one block spread over several), few large buckets, one bucket."""
+    _staging(monkeypatch, bucket_bytes)
+    monkeypatch.setattr(S, "STAGE_MAX_BUCKETS", max_buckets)
+    x = _clustered(5000, seed=3)
+    M, k = 5000, 12
+    ref = pcgeom.knn(x, x, k)
+    idx = torch.from_file(str(tmp_path / "idx.bin"), shared=True, size=M * k, dtype=torch.int32).view(M, k)
+    dist = torch.from_file(str(tmp_path / "dist.bin"), shared=True, size=M * k, dtype=torch.float32).view(M, k)
+    staged = []
+    real = S._Staged
+    monkeypatch.setattr(S, "_Staged", lambda *a: staged.append(real(*a)) or staged[-1])
+    got = pcgeom.knn_streamed(x, x, k, out_dist2=dist, out_idx=idx, index_dtype=torch.int32, block_points=512)
+    assert len(staged) == 1 and (staged[0].n_buckets > 1) == (bucket_bytes < 1 << 20)
+    assert got.idx is idx and got.dist2 is dist
+    _assert_same(got, ref, torch.int32)
+    assert sorted(os.listdir(tmp_path)) == ["dist.bin", "idx.bin"]  # the staging directory is gone
+    del got, idx, dist
+    assert np.array_equal(np.fromfile(tmp_path / "idx.bin", dtype=np.int32).reshape(M, k), ref.idx.numpy())
+    assert np.array_equal(np.fromfile(tmp_path / "dist.bin", dtype=np.float32).reshape(M, k), ref.dist2.numpy())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_staged_outputs_of_every_dtype_and_mixed_memory(tmp_path, monkeypatch, dtype):
+    """Half-precision distances are staged as bytes; an in-memory output beside a mapped one is
+    written by the same pass (and never has its pages dropped)."""
+    _staging(monkeypatch, 1 << 12)
+    x = _uniform(3000, dtype=dtype, seed=5)
+    ref = pcgeom.knn(x, x, 8)
+    idx = torch.from_file(str(tmp_path / "idx.bin"), shared=True, size=3000 * 8, dtype=torch.int64).view(3000, 8)
+    got = pcgeom.knn_streamed(x, x, 8, out_idx=idx, block_points=256)
+    _assert_same(got, ref)
+    if dtype == torch.float64:  # numpy has no bfloat16 memmap; torch.from_file covers the halves
+        dist = np.lib.format.open_memmap(tmp_path / "d.npy", mode="w+", dtype=np.float64, shape=(3000, 8))
+        _assert_same(pcgeom.knn_streamed(x, x, 8, out_dist2=torch.from_numpy(dist), block_points=256), ref)
+        assert np.array_equal(dist, ref.dist2.numpy())
+    else:
+        dist = torch.from_file(str(tmp_path / "d.bin"), shared=True, size=3000 * 8, dtype=dtype).view(3000, 8)
+        _assert_same(pcgeom.knn_streamed(x, x, 8, out_dist2=dist, block_points=256), ref)
+
+
+@pytest.mark.parametrize("order", ["distance", "index"])
+def test_staged_ball_query_and_other_queries(tmp_path, monkeypatch, order):
+    _staging(monkeypatch, 1 << 12)
+    pts, q = _clustered(4000, seed=8), _uniform(2500, seed=9) * 6
+    ref = pcgeom.ball_query(q, pts, 0.3, 10, order=order)
+    idx = torch.from_file(str(tmp_path / "i.bin"), shared=True, size=2500 * 10, dtype=torch.int32).view(2500, 10)
+    got = pcgeom.ball_query_streamed(q, pts, 0.3, 10, order=order, out_idx=idx, index_dtype=torch.int32,
+                                     block_points=256)
+    _assert_same(got, ref, torch.int32)
+    ref = pcgeom.knn(q, pts, 5)
+    d = torch.from_file(str(tmp_path / "d.bin"), shared=True, size=2500 * 5, dtype=torch.float32).view(2500, 5)
+    _assert_same(pcgeom.knn_streamed(q, pts, 5, out_dist2=d, block_points=256), ref)
+
+
+def test_staging_is_removed_on_an_interruption(tmp_path, monkeypatch):
+    _staging(monkeypatch, 1 << 12)
+    x = _uniform(3000, seed=2)
+    idx = torch.from_file(str(tmp_path / "i.bin"), shared=True, size=3000 * 8, dtype=torch.int64).view(3000, 8)
+    calls = []
+    real = S._Staged.add
+
+    def add(self, rows, parts):
+        calls.append(rows.numel())
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, rows, parts)
+
+    monkeypatch.setattr(S._Staged, "add", add)
+    with pytest.raises(KeyboardInterrupt):
+        pcgeom.knn_streamed(x, x, 8, out_idx=idx, block_points=256)
+    assert os.listdir(tmp_path) == ["i.bin"]
+
+
+def test_small_or_in_memory_outputs_are_not_staged(tmp_path, monkeypatch):
+    monkeypatch.setattr(S, "_Staged", None)  # any use would raise
+    x = _uniform(2000, seed=4)
+    ref = pcgeom.knn(x, x, 8)
+    idx = torch.from_file(str(tmp_path / "i.bin"), shared=True, size=2000 * 8, dtype=torch.int64).view(2000, 8)
+    _assert_same(pcgeom.knn_streamed(x, x, 8, out_idx=idx, block_points=256), ref)  # below STAGE_MIN_BYTES
+    monkeypatch.setattr(S, "STAGE_MIN_BYTES", 0)
+    _assert_same(pcgeom.knn_streamed(x, x, 8, block_points=256), ref)  # nothing mapped
+
+
+def test_dropped_pages_keep_their_data(tmp_path):
+    n = 1 << 16
+    t = torch.from_file(str(tmp_path / "a.bin"), shared=True, size=n, dtype=torch.int64)
+    t.copy_(torch.arange(n))
+    S._drop_pages(t[1000:60000])
+    assert torch.equal(t, torch.arange(n))
+    del t
+    assert np.array_equal(np.fromfile(tmp_path / "a.bin", dtype=np.int64), np.arange(n))

@@ -41,6 +41,7 @@ no box for them).
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Iterator, NamedTuple
 
@@ -548,6 +549,155 @@ def _blocks(fn, query, points, k, radius, order, index_dtype, block_points, prog
             bar.close()
 
 
+# --- writing blocks into memory-mapped outputs ------------------------------------------------------
+
+#: Outputs that are shared file mappings and together at least this many bytes are written through
+#: staging files (:class:`_Staged`) rather than row by row into the mapping.
+STAGE_MIN_BYTES = 1 << 28
+#: Bytes of output rows per staging bucket: one bucket and its row-ordered copy are in memory at once.
+STAGE_BUCKET_BYTES = 1 << 28
+#: The most staging buckets (three open files each); larger outputs get larger buckets.
+STAGE_MAX_BUCKETS = 128
+_MADV_DONTNEED = 4
+
+
+def _extent(t: torch.Tensor) -> int:
+    """Bytes from ``t``'s first element to just past its last (non-negative strides)."""
+    return (1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))) * t.element_size()
+
+
+def shared_file_mapping(t: torch.Tensor) -> str | None:
+    """The path of the file that ``t``'s memory maps with ``MAP_SHARED`` -- ``torch.from_file(...,
+    shared=True)``, a numpy memmap opened ``r+`` or ``w+`` -- or ``None``: any other memory, a private
+    (copy-on-write) map, a tensor not wholly inside one file's mapping, no ``/proc/self/maps``."""
+    if t.device.type != "cpu" or t.numel() == 0 or any(st < 0 for st in t.stride()):
+        return None
+    lo = t.data_ptr()
+    hi = lo + _extent(t)
+    try:
+        with open("/proc/self/maps") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    path, end = None, None
+    for line in lines:
+        parts = line.split(None, 5)
+        if len(parts) < 6:
+            if path is not None:
+                break
+            continue
+        start, stop = (int(v, 16) for v in parts[0].split("-"))
+        name = parts[5].strip()
+        if path is None:
+            if not start <= lo < stop:
+                continue
+            if parts[1][3] != "s" or parts[4] == "0" or not name.startswith("/") or name.endswith(" (deleted)"):
+                return None
+            path, end = name, stop
+        elif start == end and name == path and parts[1][3] == "s":  # the same map, split in entries
+            end = stop
+        else:
+            break
+        if end >= hi:
+            return path
+    return None
+
+
+def _drop_pages(t: torch.Tensor) -> None:
+    """``madvise(MADV_DONTNEED)`` over the whole pages inside a contiguous slice of a shared file
+    mapping: the written pages leave the process's resident set; the data stays in the page cache and
+    the file (only ever called on shared file mappings: on private memory it would zero it)."""
+    import ctypes
+    import mmap
+
+    page = mmap.PAGESIZE
+    lo = -(-t.data_ptr() // page) * page
+    hi = (t.data_ptr() + t.numel() * t.element_size()) // page * page
+    if hi <= lo:
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), ctypes.c_int(_MADV_DONTNEED))
+    except (OSError, AttributeError):  # no madvise: the pages stay resident, nothing else changes
+        pass
+
+
+class _Staged:
+    """Blocks into row-ordered outputs that are memory-mapped files, in two sequential passes.
+
+    Spatial blocks scatter their rows over the whole output: written in place, every block dirties
+    pages all over the file, and once the dirty pages pass the kernel's threshold each page is written
+    back and dirtied again by later blocks -- many times the output's size in disk writes.  Instead
+    each block's rows are appended to the staging files of their row range (bucket), next to the
+    output file; then each bucket is read back, put into row order in memory and copied into its
+    slice of the outputs (one sequential write), whose pages then leave the resident set
+    (:func:`_drop_pages`).  The staging directory ``.pcgeom-stage-*`` is removed at the end, on an
+    error and on Ctrl-C (only a killed process leaves it behind).
+    """
+
+    def __init__(self, outs, mapped, M, where):
+        import tempfile
+
+        self.outs, self.mapped, self.M = outs, mapped, M
+        row_bytes = sum(o.shape[1] * o.element_size() for o in outs)
+        per = max(1, STAGE_BUCKET_BYTES // max(1, row_bytes))
+        self.rows_per = max(per, -(-M // STAGE_MAX_BUCKETS))
+        self.n_buckets = -(-M // self.rows_per)
+        self.at_dtype = np.int32 if self.rows_per <= np.iinfo(np.int32).max else np.int64
+        self.dir = tempfile.mkdtemp(prefix=".pcgeom-stage-", dir=where)
+        self.files = {}
+        self.counts = np.zeros(self.n_buckets, dtype=np.int64)
+
+    def _file(self, b, j):
+        f = self.files.get((b, j))
+        if f is None:
+            f = self.files[(b, j)] = open(os.path.join(self.dir, f"{b}.{j}"), "wb")
+        return f
+
+    def add(self, rows: torch.Tensor, parts) -> None:
+        r = rows.cpu().numpy()
+        data = [p.cpu().contiguous().view(torch.uint8).numpy().reshape(r.size, -1) for p in parts]
+        cuts = np.searchsorted(r, np.arange(r[0] // self.rows_per + 1, r[-1] // self.rows_per + 1) * self.rows_per)
+        lo = 0
+        for hi in [*cuts.tolist(), r.size]:
+            if hi > lo:
+                b = int(r[lo] // self.rows_per)
+                self._file(b, 0).write((r[lo:hi] - b * self.rows_per).astype(self.at_dtype).tobytes())
+                for j, d in enumerate(data):
+                    self._file(b, j + 1).write(d[lo:hi].tobytes())
+                self.counts[b] += hi - lo
+            lo = hi
+
+    def finish(self) -> None:
+        for f in self.files.values():
+            f.close()
+        for b in range(self.n_buckets):
+            r0 = b * self.rows_per
+            n = min(self.M, r0 + self.rows_per) - r0
+            if int(self.counts[b]) != n:  # every row is in exactly one block: never reached
+                raise RuntimeError(f"streamed output: bucket {b} staged {int(self.counts[b])} rows of {n}")
+            at = np.fromfile(os.path.join(self.dir, f"{b}.0"), dtype=self.at_dtype)
+            for j, o in enumerate(self.outs):
+                width = o.shape[1] * o.element_size()
+                src = np.fromfile(os.path.join(self.dir, f"{b}.{j + 1}"), dtype=np.uint8).reshape(n, width)
+                buf = np.empty((n, width), dtype=np.uint8)
+                buf[at] = src
+                del src
+                o[r0:r0 + n].copy_(torch.from_numpy(buf).view(o.dtype).view(n, o.shape[1]))
+                del buf
+                if self.mapped[j] and o.is_contiguous():
+                    _drop_pages(o[r0:r0 + n])
+            for j in range(len(self.outs) + 1):
+                os.unlink(os.path.join(self.dir, f"{b}.{j}"))
+
+    def close(self) -> None:
+        import shutil
+
+        for f in self.files.values():
+            f.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 def _write(fn, blocks, M, k, dtype, index_dtype, device, out_dist2, out_idx):
     for name, out, dt in (("out_dist2", out_dist2, dtype), ("out_idx", out_idx, index_dtype)):
         if out is None:
@@ -564,10 +714,24 @@ def _write(fn, blocks, M, k, dtype, index_dtype, device, out_dist2, out_idx):
     if out_idx is None:
         out_idx = V.alloc_named(fn, "k", k, "idx", (M, k), torch.iinfo(index_dtype).bits // 8,
                                 lambda: torch.empty((M, k), dtype=index_dtype, device=device))
-    for b in blocks:
-        # index_copy_: the same rows written as out[rows] = ..., without index_put's general machinery.
-        out_dist2.index_copy_(0, b.rows.to(out_dist2.device), b.dist2.to(out_dist2.device))
-        out_idx.index_copy_(0, b.rows.to(out_idx.device), b.idx.to(out_idx.device))
+    outs = (out_dist2, out_idx)
+    mapped = [shared_file_mapping(o) for o in outs]
+    staged = None
+    if any(mapped) and sum(o.numel() * o.element_size() for o in outs) >= STAGE_MIN_BYTES:
+        staged = _Staged(outs, [m is not None for m in mapped], M, os.path.dirname(next(m for m in mapped if m)))
+    try:
+        for b in blocks:
+            if staged is not None:
+                staged.add(b.rows, (b.dist2, b.idx))
+                continue
+            # index_copy_: the same rows written as out[rows] = ..., without index_put's general machinery.
+            out_dist2.index_copy_(0, b.rows.to(out_dist2.device), b.dist2.to(out_dist2.device))
+            out_idx.index_copy_(0, b.rows.to(out_idx.device), b.idx.to(out_idx.device))
+        if staged is not None:
+            staged.finish()
+    finally:
+        if staged is not None:
+            staged.close()
     return KNNResult(out_dist2, out_idx)
 
 
