@@ -801,6 +801,12 @@ def knn_streamed(query, points, k, *, out_dist2=None, out_idx=None, index_dtype=
     at a time.  Pass memory-mapped outputs to stream a result larger than
     memory to disk: ``torch.from_file(path, shared=True, size=M * k,
     dtype=...).view(M, k)`` or ``torch.from_numpy(np.lib.format.open_memmap(...))``.
+    Outputs that are shared file mappings of 256 MiB or more (together) are
+    written through staging files of row ranges next to the output file (as
+    much disk again while the call runs; removed at its end, on an error and on
+    Ctrl-C), then range by range in row order: the spatial blocks' scattered
+    rows would otherwise make the kernel write every page of the file back many
+    times.  Written ranges leave the process's resident set.
 
     Args:
         query: ``(M, D)`` floating tensor, finite; may be ``points`` (self-KNN).
@@ -882,7 +888,8 @@ def ball_query_streamed(query, points, radius, k, *, order="distance", out_dist2
 
     The same answer as ``pcgeom.ball_query(query, points, radius, k,
     order=order)``, bit for bit, from :func:`ball_query_blocks`; outputs as
-    in :func:`knn_streamed` (memory-mapped ones stream the result to disk).
+    in :func:`knn_streamed` (memory-mapped ones stream the result to disk,
+    large ones through staging files).
 
     Args:
         query: ``(M, D)`` floating tensor, finite; may be ``points``.
