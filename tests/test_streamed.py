@@ -582,3 +582,35 @@ def test_dropped_pages_keep_their_data(tmp_path):
     assert torch.equal(t, torch.arange(n))
     del t
     assert np.array_equal(np.fromfile(tmp_path / "a.bin", dtype=np.int64), np.arange(n))
+
+
+def test_a_full_disk_while_staging_is_a_clear_error(tmp_path, monkeypatch):
+    _staging(monkeypatch, 1 << 12)
+    x = _uniform(2000, seed=6)
+    idx = torch.from_file(str(tmp_path / "i.bin"), shared=True, size=2000 * 8, dtype=torch.int64).view(2000, 8)
+
+    class Full:
+        def write(self, data):
+            raise OSError(28, "No space left on device")
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(S._Staged, "_file", lambda self, b, j: Full())
+    with pytest.raises(OSError, match=r"knn_streamed: staging the memory-mapped output in .*No space left on device"):
+        pcgeom.knn_streamed(x, x, 8, out_idx=idx, block_points=256)
+    assert os.listdir(tmp_path) == ["i.bin"]
+
+
+def test_staged_rows_in_any_order(tmp_path, monkeypatch):
+    """The staging files sort a block whose rows are not ascending (blocks come ascending today)."""
+    _staging(monkeypatch, 1 << 10)
+    M, k = 500, 4
+    idx = torch.from_file(str(tmp_path / "i.bin"), shared=True, size=M * k, dtype=torch.int64).view(M, k)
+    dist = torch.from_file(str(tmp_path / "d.bin"), shared=True, size=M * k, dtype=torch.float32).view(M, k)
+    want_i = torch.arange(M * k).view(M, k)
+    want_d = torch.rand(M, k, generator=_gen(1))
+    perm = torch.randperm(M, generator=_gen(2))
+    blocks = [S.StreamedBlock(r, want_d[r], want_i[r]) for r in perm.split(64)]
+    S._write("knn_streamed", iter(blocks), M, k, torch.float32, torch.int64, torch.device("cpu"), dist, idx)
+    assert torch.equal(idx, want_i) and torch.equal(dist, want_d)

@@ -635,10 +635,10 @@ class _Staged:
     error and on Ctrl-C (only a killed process leaves it behind).
     """
 
-    def __init__(self, outs, mapped, M, where):
+    def __init__(self, fn, outs, mapped, M, where):
         import tempfile
 
-        self.outs, self.mapped, self.M = outs, mapped, M
+        self.fn, self.outs, self.mapped, self.M = fn, outs, mapped, M
         row_bytes = sum(o.shape[1] * o.element_size() for o in outs)
         per = max(1, STAGE_BUCKET_BYTES // max(1, row_bytes))
         self.rows_per = max(per, -(-M // STAGE_MAX_BUCKETS))
@@ -656,7 +656,12 @@ class _Staged:
 
     def add(self, rows: torch.Tensor, parts) -> None:
         r = rows.cpu().numpy()
+        if not r.size:
+            return
         data = [p.cpu().contiguous().view(torch.uint8).numpy().reshape(r.size, -1) for p in parts]
+        if r.size > 1 and not bool((r[1:] >= r[:-1]).all()):  # blocks come ascending; anything else is sorted
+            order = np.argsort(r, kind="stable")
+            r, data = r[order], [d[order] for d in data]
         cuts = np.searchsorted(r, np.arange(r[0] // self.rows_per + 1, r[-1] // self.rows_per + 1) * self.rows_per)
         lo = 0
         for hi in [*cuts.tolist(), r.size]:
@@ -675,7 +680,7 @@ class _Staged:
             r0 = b * self.rows_per
             n = min(self.M, r0 + self.rows_per) - r0
             if int(self.counts[b]) != n:  # every row is in exactly one block: never reached
-                raise RuntimeError(f"streamed output: bucket {b} staged {int(self.counts[b])} rows of {n}")
+                raise RuntimeError(f"{self.fn}: bucket {b} staged {int(self.counts[b])} rows of {n}")
             at = np.fromfile(os.path.join(self.dir, f"{b}.0"), dtype=self.at_dtype)
             for j, o in enumerate(self.outs):
                 width = o.shape[1] * o.element_size()
@@ -718,15 +723,24 @@ def _write(fn, blocks, M, k, dtype, index_dtype, device, out_dist2, out_idx):
     mapped = [shared_file_mapping(o) for o in outs]
     staged = None
     if any(mapped) and sum(o.numel() * o.element_size() for o in outs) >= STAGE_MIN_BYTES:
-        staged = _Staged(outs, [m is not None for m in mapped], M, os.path.dirname(next(m for m in mapped if m)))
+        for where in (os.path.dirname(next(m for m in mapped if m)), None):  # beside the output, else the temp dir
+            try:
+                staged = _Staged(fn, outs, [m is not None for m in mapped], M, where)
+                break
+            except OSError:  # a folder we cannot write to: the next, or in place
+                continue
     try:
         for b in blocks:
-            if staged is not None:
-                staged.add(b.rows, (b.dist2, b.idx))
+            if staged is None:
+                # index_copy_: the same rows written as out[rows] = ..., without index_put's general machinery.
+                out_dist2.index_copy_(0, b.rows.to(out_dist2.device), b.dist2.to(out_dist2.device))
+                out_idx.index_copy_(0, b.rows.to(out_idx.device), b.idx.to(out_idx.device))
                 continue
-            # index_copy_: the same rows written as out[rows] = ..., without index_put's general machinery.
-            out_dist2.index_copy_(0, b.rows.to(out_dist2.device), b.dist2.to(out_dist2.device))
-            out_idx.index_copy_(0, b.rows.to(out_idx.device), b.idx.to(out_idx.device))
+            try:
+                staged.add(b.rows, (b.dist2, b.idx))
+            except OSError as e:
+                raise OSError(e.errno, f"{fn}: staging the memory-mapped output in {staged.dir} failed ({e.strerror}); "
+                              f"it needs about as much free disk as the outputs themselves") from e
         if staged is not None:
             staged.finish()
     finally:
