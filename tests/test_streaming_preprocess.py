@@ -184,7 +184,8 @@ def test_voxel_slabs_never_split_a_voxel_column():
         p = torch.from_numpy(np.asarray(xyz, dtype=np.float32))
         for block in (7, 64, 500):
             got = SP._voxel(p, size, block)
-            assert torch.equal(got, pcgeom.grid_subsample(p, size).index), (size, block)
+            want = pcgeom.grid_subsample(p, size).index
+            assert got.dtype == torch.int32 and torch.equal(got.long(), want), (size, block)
 
 
 @pytest.mark.parametrize("float64", [False, True], ids=["float32", "float64"])
@@ -208,8 +209,23 @@ def test_statistical_decisions_at_the_last_bit(float64):
             got = SP.statistical_keep(avg, has, float(r))
             want = pcgeom.remove_statistical_outliers(p, 8, float(r))
             assert torch.equal(got, want), float(r)
+            # the global sums taken in chunks (of a size that divides nothing here) decide the same
+            assert torch.equal(SP.statistical_keep(avg, has, float(r), chunk=97), want), float(r)
             flips += int(got.sum())
     assert flips > 0
+
+
+def test_chunked_index_add_sums_are_the_whole_vector_s_bits():
+    """The filter's global sums, chunk by chunk: the bits of index_add over the whole vector, which
+    adds in row order -- and not a pairwise sum's (so a chunked sum in any other order fails here)."""
+    g = torch.Generator().manual_seed(23)
+    v = torch.rand(200_003, dtype=torch.float64, generator=g) * torch.rand(200_003, dtype=torch.float64, generator=g)
+    want = torch.zeros(1, dtype=torch.float64).index_add(0, torch.zeros(len(v), dtype=torch.int64), v)
+    assert want.item() != v.sum().item()  # the data tells the two orders apart
+    for chunk in (1, 977, 65536, 200_003, 10**6):
+        got = SP._index_add_sum(len(v), lambda a, b: v[a:b], chunk, v.device)
+        assert torch.equal(got, want), chunk
+    assert torch.equal(SP._index_add_sum(0, lambda a, b: v[a:b], 5, v.device), torch.zeros(1, dtype=torch.float64))
 
 
 def test_mean_distances_are_open3d_s_sums_in_float64():

@@ -262,11 +262,29 @@ def _rescaled(p: torch.Tensor, chunk: int):
     return out, expo
 
 
+def _index_dtype(n: int) -> torch.dtype:
+    """Row numbers of an ``n``-point cloud: int32 while they fit (half the bytes of int64)."""
+    return torch.int32 if n - 1 <= torch.iinfo(torch.int32).max else torch.int64
+
+
+def _rows_of(mask: torch.Tensor, dtype: torch.dtype, chunk: int) -> torch.Tensor:
+    """``mask.nonzero()`` flattened, in ``dtype``, found chunk by chunk: never an int64 array of
+    every kept row beside the result."""
+    out = torch.empty(int(mask.sum()), dtype=dtype, device=mask.device)
+    at = 0
+    for a in range(0, len(mask), chunk):
+        r = mask[a:a + chunk].nonzero().flatten()
+        out[at:at + len(r)] = r + a
+        at += len(r)
+    return out
+
+
 def _voxel(p: torch.Tensor, size: float, block: int) -> torch.Tensor:
-    """The rows :func:`pcgeom.grid_subsample` ``(p, size).index`` keeps, ascending, slab by slab."""
+    """The rows :func:`pcgeom.grid_subsample` ``(p, size).index`` keeps, ascending, slab by slab
+    (int32 while the row numbers fit, :func:`_index_dtype`)."""
     n = len(p)
     if n <= block:
-        return grid_subsample(p, size).index
+        return grid_subsample(p, size).index.to(_index_dtype(n))
     st = p.min(0, keepdim=True).values.to(torch.float64)  # grid_subsample's origin for start=None
     top = p.max(0).values.to(torch.float64)
     axis = int(torch.argmax(torch.floor((top - st[0]) / size)))
@@ -288,18 +306,21 @@ def _voxel(p: torch.Tensor, size: float, block: int) -> torch.Tensor:
     order = torch.from_numpy(np.argsort(slab, kind="stable")).to(p.device)  # rows ascending within a slab
     ends = np.cumsum(np.bincount(slab, minlength=len(bounds) + 1))
     del slab
-    kept, start = [], 0
+    # The kept rows as a mask (1 byte a point), read out in order at the end: no list of int64 rows
+    # and no sort of them.
+    kept, start = torch.zeros(n, dtype=torch.bool, device=p.device), 0
     for end in ends.tolist():
         if end > start:
             rows = order[start:end]
-            kept.append(rows[grid_subsample(p.index_select(0, rows), size, start=st[0]).index])
+            kept[rows[grid_subsample(p.index_select(0, rows), size, start=st[0]).index]] = True
         start = end
-    return torch.sort(torch.cat(kept)).values
+    del order
+    return _rows_of(kept, _index_dtype(n), block)
 
 
 def _statistical(p, k, std_ratio, block, chunk, progress):
     """:func:`pcgeom.remove_statistical_outliers` ``(p, k, std_ratio)``, rows from :func:`knn_blocks`."""
-    return statistical_keep(*mean_distances(p, k, block, chunk, progress), std_ratio)
+    return statistical_keep(*mean_distances(p, k, block, chunk, progress), std_ratio, chunk)
 
 
 def mean_distances(p, k, block, chunk=DEFAULT_CHUNK_POINTS, progress=None):
@@ -329,20 +350,38 @@ def mean_distances(p, k, block, chunk=DEFAULT_CHUNK_POINTS, progress=None):
     return avg, has
 
 
-def statistical_keep(avg, has, std_ratio):
-    """The keep-mask of :func:`pcgeom.remove_statistical_outliers` from :func:`mean_distances`."""
-    n = len(avg)
-    # The global statistics: remove_statistical_outliers' own expressions over the whole (N,) vector.
-    pos = avg > 0
-    cloud = torch.zeros(n, dtype=torch.int64, device=avg.device)
-    zeros = torch.zeros(1, dtype=torch.float64, device=avg.device)
-    n_valid = zeros.index_add(0, cloud, has.to(torch.float64))
-    mean = zeros.index_add(0, cloud, torch.where(pos, avg, 0)) / n_valid
-    dev = torch.where(pos, avg - mean[cloud], 0)
-    std = exact_sqrt(zeros.index_add(0, cloud, dev * dev) / (n_valid - 1))
-    del dev, cloud
+def _index_add_sum(n: int, term, chunk: int, device) -> torch.Tensor:
+    """``zeros(1).index_add(0, zeros(n), v)`` for ``v = term(a, b)`` taken chunk by chunk.
+
+    On one cloud, :func:`pcgeom.remove_statistical_outliers` sums with ``index_add`` into one slot,
+    which adds the terms one after another in row order; continuing that sum chunk after chunk
+    adds the same terms in the same order, so the float64 result is the same bits -- without
+    ``(N,)`` int64 cloud numbers or ``(N,)`` float64 temporaries."""
+    acc = torch.zeros(1, dtype=torch.float64, device=device)
+    slot = torch.zeros(min(n, chunk), dtype=torch.int64, device=device)
+    for a in range(0, n, chunk):
+        b = min(n, a + chunk)
+        acc = acc.index_add(0, slot[:b - a], term(a, b))
+    return acc
+
+
+def statistical_keep(avg, has, std_ratio, chunk: int = DEFAULT_CHUNK_POINTS):
+    """The keep-mask of :func:`pcgeom.remove_statistical_outliers` from :func:`mean_distances`.
+
+    The global mean and deviation are that function's expressions over the whole ``(N,)`` vector,
+    their ``index_add`` sums taken ``chunk`` rows at a time (:func:`_index_add_sum`: the same
+    bits)."""
+    n, dev = len(avg), avg.device
+    n_valid = _index_add_sum(n, lambda a, b: has[a:b].to(torch.float64), chunk, dev)
+    mean = _index_add_sum(n, lambda a, b: torch.where(avg[a:b] > 0, avg[a:b], 0), chunk, dev) / n_valid
+
+    def square(a, b):
+        d = torch.where(avg[a:b] > 0, avg[a:b] - mean, 0)
+        return d * d
+
+    std = exact_sqrt(_index_add_sum(n, square, chunk, dev) / (n_valid - 1))
     threshold = mean + std_ratio * std
-    return pos & (avg < threshold)
+    return (avg > 0) & (avg < threshold)
 
 
 def _radius(p, radius, min_neighbors, block, chunk, progress):
@@ -510,23 +549,30 @@ def preprocess_streamed(src, target, *, voxel=None, statistical=None, radius=Non
     if n == 0:
         raise ValueError("the file holds no points")
 
-    keep = torch.arange(n, device=device)
+    # The kept input rows, ascending, int32 while they fit; None while every row is kept (no (N,)
+    # arange), and sized by the kept points once a step drops some.
+    ind = _index_dtype(n)
+    keep = None
     if voxel is not None:
-        sub = _voxel(p, float(voxel), block_points)
-        keep, p = keep[sub], p[sub]
+        keep = _voxel(p, float(voxel), block_points)
+        p = p.index_select(0, keep)
+
+    def narrow(keep, p, m):
+        rows = _rows_of(m, ind, chunk)
+        return (rows if keep is None else keep.index_select(0, rows)), p.index_select(0, rows)
+
     if statistical is not None:
-        m = _statistical(p, int(statistical[0]), float(statistical[1]), block_points, chunk, progress)
-        keep, p = keep[m], p[m]
+        keep, p = narrow(keep, p, _statistical(p, int(statistical[0]), float(statistical[1]), block_points,
+                                               chunk, progress))
     if radius is not None:
-        m = _radius(p, float(radius[0]), int(radius[1]), block_points, chunk, progress)
-        keep, p = keep[m], p[m]
+        keep, p = narrow(keep, p, _radius(p, float(radius[0]), int(radius[1]), block_points, chunk, progress))
     new_normals = None
     if normals is not None:
         if len(p) == 0:
             raise ValueError("no points left for --normals after outlier removal")
         new_normals = _normals(p, int(normals), viewpoint, block_points, chunk, progress).cpu()
     del p
-    keep = keep.cpu()
+    keep = torch.arange(n, dtype=ind) if keep is None else keep.cpu()
 
     # Pass 2: every column again, chunk by chunk, the kept rows written in order.
     out_types = dict(types)
@@ -538,8 +584,9 @@ def preprocess_streamed(src, target, *, voxel=None, statistical=None, radius=Non
     target.parent.mkdir(parents=True, exist_ok=True)
     with PlyWriter(target, count=len(keep), types=out_types, overwrite=overwrite) as w:
         for c in iter_ply(src, chunk_points=chunk, dtype=read_dtype):
-            a, b = torch.searchsorted(keep, torch.tensor([c.offset, c.offset + len(c.points)])).tolist()
-            rows = keep[a:b] - c.offset
+            a, b = torch.searchsorted(keep, torch.tensor([c.offset, c.offset + len(c.points)],
+                                                         dtype=keep.dtype)).tolist()
+            rows = keep[a:b].long() - c.offset
             props = {name: v[rows] for name, v in c.properties.items()}
             nrm = None if c.normals is None else c.normals[rows]
             if new_normals is not None:
