@@ -133,6 +133,13 @@ def _lattice(m):
     return g * 0.25  # exact in float32: every tile split and voxel boundary lands on points
 
 
+def _with_subnormals(xyz):
+    xyz = xyz.copy()
+    xyz[::20, 2] = np.float32(1e-45) * np.arange(1, len(xyz[::20]) + 1, dtype=np.float32)  # 1..30 x 2**-149
+    assert (np.abs(xyz[::20, 2]) < np.finfo(np.float32).tiny).all()
+    return xyz
+
+
 BOUNDARY = {
     # points exactly on tile edges and voxel boundaries, ties everywhere
     "lattice": (lambda: _lattice(11), 29, ["--voxel", "0.5", "--remove-statistical", "7,1", "--remove-radius",
@@ -153,6 +160,10 @@ BOUNDARY = {
                                                         "5e-23,3", "--normals", "9", "--viewpoint", "0,0,1"]),
     "scale-1e22": (lambda: cloud(800, 10) * 1e22, 31, ["--voxel", "3e20", "--remove-statistical", "10,1.5",
                                                        "--normals", "9"]),
+    # subnormal coordinates beside metre-sized ones: rescaling them is not exact, so the steps search
+    # a rescaled copy (not the coordinates scaled in place) and the PCA runs on the coordinates
+    "subnormal": (lambda: _with_subnormals(cloud(600, 21)), 23, ["--remove-statistical", "8,1.5", "--remove-radius",
+                                                                  "0.3,3", "--normals", "9", "--viewpoint", "1,1,4"]),
     "one-tile": (lambda: cloud(700, 6), 10**6, STEPS["all"]),
     "n=1": (lambda: np.array([[0.5, -1.25, 3.0]]), 1, ["--voxel", "1", "--normals", "5"]),
     "n=1-statistical": (lambda: np.array([[0.5, -1.25, 3.0]]), 1, ["--remove-statistical", "3,2"]),
@@ -213,6 +224,38 @@ def test_statistical_decisions_at_the_last_bit(float64):
             assert torch.equal(SP.statistical_keep(avg, has, float(r), chunk=97), want), float(r)
             flips += int(got.sum())
     assert flips > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_coordinates_rescaled_in_place_come_back_bit_for_bit(dtype):
+    """The steps scale the coordinates in place for their searches (no second (N, 3) copy) and back
+    after, also after an exception; a cloud that cannot be scaled exactly gets a copy instead."""
+    from pcgeom._scaling import times_power_of_two
+
+    p = torch.from_numpy(cloud(2000, 22)).to(dtype) * 100
+    p[5] = -0.0  # the sign of zero survives too
+    bits = torch.int32 if dtype == torch.float32 else torch.int64
+    orig = p.clone()
+    want, expo = SP._rescaled(orig, 300)
+    assert int(expo) == 10  # |coordinates| up to 600
+    with SP._scaled(p, 300, True) as (x, e):
+        assert x is p and torch.equal(e, expo) and torch.equal(x.view(bits), want.view(bits))
+    assert torch.equal(p.view(bits), orig.view(bits))
+    with pytest.raises(KeyboardInterrupt):
+        with SP._scaled(p, 300, True) as (x, e):
+            assert x is p
+            raise KeyboardInterrupt
+    assert torch.equal(p.view(bits), orig.view(bits))
+    with SP._scaled(p, 300, False) as (x, e):  # not asked: a copy
+        assert x is not p and torch.equal(x.view(bits), want.view(bits))
+    if dtype == torch.float32:
+        tiny = torch.from_numpy(_with_subnormals(cloud(2000, 22))) * 4
+        orig = tiny.clone()
+        assert not torch.equal(times_power_of_two(SP._rescaled(tiny, 300)[0], SP._rescaled(tiny, 300)[1]), tiny)
+        with SP._scaled(tiny, 300, True) as (x, e):
+            assert x is not tiny and torch.equal(x, SP._rescaled(orig, 300)[0])
+            assert torch.equal(tiny.view(bits), orig.view(bits))
+        assert torch.equal(tiny.view(bits), orig.view(bits))
 
 
 def test_chunked_index_add_sums_are_the_whole_vector_s_bits():

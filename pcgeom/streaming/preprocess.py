@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import NamedTuple
 
@@ -252,14 +253,48 @@ def _rescaled(p: torch.Tensor, chunk: int):
     """``(copy of p times 2**-e, e)``: :func:`pcgeom._scaling.rescale_clouds` of one all-real cloud,
     taken chunk by chunk (the maximum is exact in any order; the scaling is elementwise)."""
     q = p.to(torch.float64 if p.dtype == torch.float64 else torch.float32)
-    mag = torch.zeros(1, dtype=q.dtype, device=q.device)
-    for a in range(0, len(q), chunk):
-        mag = torch.maximum(mag, q[a:a + chunk].abs().amax().reshape(1))
-    expo = binary_exponent(mag)
+    expo = _exponent(q, chunk)
     out = torch.empty_like(q)
     for a in range(0, len(q), chunk):
         out[a:a + chunk] = times_power_of_two(q[a:a + chunk], -expo[:, None])
     return out, expo
+
+
+def _exponent(q: torch.Tensor, chunk: int) -> torch.Tensor:
+    """``rescale_clouds``' ``e`` of one all-real cloud: the binary exponent of its largest magnitude."""
+    mag = torch.zeros(1, dtype=q.dtype, device=q.device)
+    for a in range(0, len(q), chunk):
+        mag = torch.maximum(mag, q[a:a + chunk].abs().amax().reshape(1))
+    return binary_exponent(mag)
+
+
+@contextmanager
+def _scaled(p: torch.Tensor, chunk: int, in_place: bool):
+    """``(p times 2**-e, e)`` as :func:`_rescaled`, for the duration of a ``with`` block.
+
+    With ``in_place`` (float32 or float64 ``p``) and when the scaling is exact both ways -- no
+    coordinate rounded in the subnormal range, checked by scaling every value there and back --
+    ``p`` itself is scaled for the block and scaled back after it (exactly, so it ends bit for bit
+    as it began; also after an exception): the step then holds one ``(N, 3)`` coordinate array,
+    not two.  Otherwise a copy, as :func:`_rescaled`.
+    """
+    if not (in_place and p.dtype in (torch.float32, torch.float64)):
+        yield _rescaled(p, chunk)
+        return
+    expo = _exponent(p, chunk)
+    down, up = -expo[:, None], expo[:, None]
+    for a in range(0, len(p), chunk):
+        q = p[a:a + chunk]
+        if not torch.equal(times_power_of_two(times_power_of_two(q, down), up), q):
+            yield _rescaled(p, chunk)
+            return
+    for a in range(0, len(p), chunk):
+        p[a:a + chunk] = times_power_of_two(p[a:a + chunk], down)
+    try:
+        yield p, expo
+    finally:
+        for a in range(0, len(p), chunk):
+            p[a:a + chunk] = times_power_of_two(p[a:a + chunk], up)
 
 
 def _index_dtype(n: int) -> torch.dtype:
@@ -320,20 +355,31 @@ def _voxel(p: torch.Tensor, size: float, block: int) -> torch.Tensor:
 
 def _statistical(p, k, std_ratio, block, chunk, progress):
     """:func:`pcgeom.remove_statistical_outliers` ``(p, k, std_ratio)``, rows from :func:`knn_blocks`."""
-    return statistical_keep(*mean_distances(p, k, block, chunk, progress), std_ratio, chunk)
+    return statistical_keep(*mean_distances(p, k, block, chunk, progress, in_place=True), std_ratio, chunk)
 
 
-def mean_distances(p, k, block, chunk=DEFAULT_CHUNK_POINTS, progress=None):
+def mean_distances(p, k, block, chunk=DEFAULT_CHUNK_POINTS, progress=None, *, in_place=False):
     """``(avg, has)``: each point's mean Euclidean distance to its ``k`` nearest (itself included;
     float64 ``(N,)``, -1 where no neighbour counts) and whether any counts (bool ``(N,)``), as
-    :func:`pcgeom.remove_statistical_outliers` forms them, from :func:`knn_blocks` rows."""
+    :func:`pcgeom.remove_statistical_outliers` forms them, from :func:`knn_blocks` rows.
+
+    ``in_place=True`` lets a float32 ``p`` be rescaled in place for the search and restored after
+    it, bit for bit (:func:`_scaled`), instead of copied."""
     n = len(p)
     k = min(k, max(n, 2))  # self_knn's cap
     rescale = p.dtype != torch.float64
-    x, expo = _rescaled(p, chunk) if rescale else (p, None)
-    scale = torch.pow(2.0, 2.0 * expo.to(torch.float64))[:, None] if rescale else None
-    avg = torch.empty(n, dtype=torch.float64, device=p.device)
-    has = torch.empty(n, dtype=torch.bool, device=p.device)
+    with (_scaled(p, chunk, in_place) if rescale else nullcontext((p, None))) as (x, expo):
+        scale = torch.pow(2.0, 2.0 * expo.to(torch.float64))[:, None] if rescale else None
+        return _mean_distances(x, scale, k, block, progress)
+
+
+def _mean_distances(x, scale, k, block, progress):
+    """:func:`mean_distances` on the searched coordinates ``x`` (``scale``: ``(1, 1)`` float64 factor
+    back to the caller's squared units, or ``None``)."""
+    n = len(x)
+    rescale = scale is not None
+    avg = torch.empty(n, dtype=torch.float64, device=x.device)
+    has = torch.empty(n, dtype=torch.bool, device=x.device)
     for b in knn_blocks(x, x, k, block_points=block, progress=progress):
         d2 = b.dist2.to(torch.float64)
         if rescale:
@@ -391,32 +437,39 @@ def _radius(p, radius, min_neighbors, block, chunk, progress):
     if need > n:
         return torch.zeros(n, dtype=torch.bool, device=p.device)
     rescale = p.dtype != torch.float64
-    x, expo = _rescaled(p, chunk) if rescale else (p, None)
-    scale = torch.pow(2.0, 2.0 * expo.to(torch.float64))[:, None] if rescale else None
     keep = torch.empty(n, dtype=torch.bool, device=p.device)
     r2 = radius * radius  # a Python float: formed in float64, as the in-memory filter forms it
-    for b in knn_blocks(x, x, need, block_points=block, progress=progress):
-        d2 = b.dist2.to(torch.float64)
-        if rescale:
-            d2 = d2 * scale
-        keep[b.rows] = (d2[:, -1] < r2) & (b.idx[:, -1] >= 0)
+    with (_scaled(p, chunk, True) if rescale else nullcontext((p, None))) as (x, expo):
+        scale = torch.pow(2.0, 2.0 * expo.to(torch.float64))[:, None] if rescale else None
+        for b in knn_blocks(x, x, need, block_points=block, progress=progress):
+            d2 = b.dist2.to(torch.float64)
+            if rescale:
+                d2 = d2 * scale
+            keep[b.rows] = (d2[:, -1] < r2) & (b.idx[:, -1] >= 0)
     return keep
 
 
 def _normals(p, k, viewpoint, block, chunk, progress):
-    """:func:`pcgeom.estimate_normals` ``(p, k, viewpoint=viewpoint).normals`` from :func:`knn_blocks`."""
+    """:func:`pcgeom.estimate_normals` ``(p, k, viewpoint=viewpoint).normals`` from :func:`knn_blocks`.
+
+    ``p`` is rescaled in place for the search (:func:`_scaled`; estimate_normals searches the
+    rescaled cloud) and restored after it.  When that scaling is exact, the PCA runs on the scaled
+    coordinates too: :func:`pcgeom.ops.pca_normals` gives a power-of-two scale of its input the same
+    normals bit for bit, so ``p`` need not be held beside them."""
     n = len(p)
     k = min(k, max(n, 2))
-    x, _ = _rescaled(p, chunk)  # estimate_normals searches the rescaled cloud (rescaled=True)
     vp = None if viewpoint is None else torch.as_tensor(viewpoint, dtype=torch.float64).reshape(1, 3).to(p.device)
     out = torch.empty((n, 3), dtype=p.dtype, device=p.device)
-    for b in knn_blocks(x, x, k, block_points=block, progress=progress):
-        nrm = pca_normals(p[None], b.idx[None]).normals[0]
-        if vp is not None:
-            ref = vp - p.index_select(0, b.rows).to(torch.float64)
-            dot = (nrm.to(torch.float64) * ref).sum(1)
-            nrm = torch.where((dot < 0)[:, None], -nrm, nrm)
-        out[b.rows] = nrm
+    with _scaled(p, chunk, True) as (x, expo):
+        same = x is p  # scaled in place: the caller's coordinates are x times 2**expo meanwhile
+        up = expo[:, None]
+        for b in knn_blocks(x, x, k, block_points=block, progress=progress):
+            nrm = pca_normals(x[None] if same else p[None], b.idx[None]).normals[0]
+            if vp is not None:
+                own = times_power_of_two(x.index_select(0, b.rows), up) if same else p.index_select(0, b.rows)
+                dot = (nrm.to(torch.float64) * (vp - own.to(torch.float64))).sum(1)
+                nrm = torch.where((dot < 0)[:, None], -nrm, nrm)
+            out[b.rows] = nrm
     return out
 
 
