@@ -445,8 +445,8 @@ def test_streamed_run_fits_a_budget_the_in_memory_run_exceeds(tmp_path, capsys):
     """10^6 points, statistical outliers k=16, under RLIMIT_AS 250 MiB above the warmed-up interpreter.
 
     Measured growth: in memory the run fails even at 400 MiB (its (10^6, 16) neighbour table alone is
-    183 MiB, with float64 distances and square roots beside it); streamed, the planner picks 2^16-point
-    tiles for --memory 0.3 and the run fits in 150 MiB.
+    183 MiB, with float64 distances and square roots beside it); streamed, the planner picks 2^17-point
+    tiles for --memory 0.3 (56 bytes a point resident in its model) and the run fits under the limit.
     """
     n = 10**6
     r = np.random.default_rng(17)

@@ -25,17 +25,24 @@ Why the answers are the in-memory ones:
   voxel column is never split, so a cloud packed into one column holds its slab whole: the voxel
   step's memory is then the in-memory call's.)
 
-**Memory model.**  Resident for the whole run, per input point: the coordinates in the computing
-precision and a few per-point arrays (a power-of-two rescaled copy for the searches, the kept rows,
-the tile permutation of :mod:`pcgeom.ops.streamed`, the per-point means and masks of the filters, the
-new normals) -- :data:`STREAMED_BYTES_PER_POINT` bytes for float32 (doubled coordinates and
-normals with ``float64=True``: :data:`STREAMED_BYTES_PER_POINT_FLOAT64`).  Per tile:
-``block_points`` times :data:`TILE_BYTES_PER_POINT` (a search's candidates, its answer, the kernel's
-work) plus a read chunk of ``chunk_points`` rows (the decoded record and its tensors).  Never held:
-an ``(N, k)`` neighbour table, or the file's full vertex record -- the other columns are read again
-chunk by chunk while the output is written.  :func:`streamed_bytes` is this model and
-:func:`in_memory_bytes` the one of the in-memory command; both exclude the interpreter with torch
-(about 0.3 GiB).
+**Memory model.**  Per input point, at the busiest moment of the run and for a step that keeps
+every point (each step after the first holds only the points kept so far): the coordinates in the
+computing precision (12 bytes; searched in place, rescaled by a power of two and back, when that is
+exact), the kept rows (int32 while they fit: 4), the step's own arrays -- the statistical filter's
+float64 mean distances and flags (9), or the new normals (12) -- and the tiles of
+:mod:`pcgeom.ops.streamed` while they are cut (a per-axis copy of the coordinates, the int32
+permutation and split masks: 26).  The largest sum, the normals step's 54 bytes, rounded up, is
+:data:`STREAMED_BYTES_PER_POINT` (56); with ``float64=True`` the coordinates, normals and tile
+copies double: :data:`STREAMED_BYTES_PER_POINT_FLOAT64` (96).  The voxel step holds less (the
+coordinates, an int16 slab number, its int64 sort order and a keep-mask: 23 to 28).  Measured: 42
+bytes per point of peak RSS growth from 10^6 to 10^7 points (statistical ``k=20`` and normals
+``k=30``, no voxel step, 2^16-point tiles).  Per tile: ``block_points`` times
+:data:`TILE_BYTES_PER_POINT` (a search's candidates, its answer and the float64 distances formed
+from it; about 1,000 measured) plus a read chunk of ``chunk_points`` rows (the decoded record and
+its tensors).  Never held: an ``(N, k)`` neighbour table, an ``(N,)`` int64 array, or the file's
+full vertex record -- the other columns are read again chunk by chunk while the output is written.
+:func:`streamed_bytes` is this model and :func:`in_memory_bytes` the one of the in-memory command;
+both exclude the interpreter with torch (about 0.3 GiB).
 
 Example:
     >>> import os, tempfile, torch
@@ -74,10 +81,11 @@ __all__ = ["PreprocessPlan", "StreamedPreprocessResult", "in_memory_bytes", "mea
            "preprocess_streamed", "streamed_bytes", "STREAMED_BYTES_PER_POINT", "STREAMED_BYTES_PER_POINT_FLOAT64",
            "TILE_BYTES_PER_POINT", "MIN_BLOCK_POINTS"]
 
-#: Resident bytes per input point of the streamed run, float32 computation (see the module docstring).
-STREAMED_BYTES_PER_POINT = 128
-#: The same with ``float64=True`` (coordinates, their rescaled copy and the normals twice as wide).
-STREAMED_BYTES_PER_POINT_FLOAT64 = 176
+#: Resident bytes per input point of the streamed run at its peak, float32 computation (see the
+#: module docstring: 54 counted, 42 measured).
+STREAMED_BYTES_PER_POINT = 56
+#: The same with ``float64=True`` (coordinates, normals and the tiles' coordinate copy twice as wide: 94).
+STREAMED_BYTES_PER_POINT_FLOAT64 = 96
 #: Bytes per point of ``block_points`` that one tile's search holds (candidates, answer, kernel work).
 TILE_BYTES_PER_POINT = 1536
 #: The smallest tile :func:`plan_preprocess` chooses; a budget that cannot hold it is refused.
@@ -386,9 +394,9 @@ def _mean_distances(x, scale, k, block, progress):
             d2 = d2 * scale  # the caller's units, exact: as self_knn(exact_dist2=True)
         ok = torch.isfinite(d2) & (b.idx >= 0)
         d = exact_sqrt(torch.where(ok, d2, 0))
-        total = d[:, 0]
-        for j in range(1, d.shape[1]):  # nearest first, as the in-memory sum
-            total = total + d[:, j]
+        # Nearest first, one addition after another, as the in-memory loop adds them: cumsum along a
+        # row is that sequential sum (float64 accumulates in float64), in one op instead of k - 1.
+        total = torch.cumsum(d, 1)[:, -1]
         count = ok.sum(1)
         h = count > 0
         has[b.rows] = h
