@@ -310,6 +310,25 @@ def test_below_the_budget_runs_in_memory_above_it_streams(tmp_path, capsys, monk
     assert (tmp_path / "a" / "scan.ply").read_bytes() == (tmp_path / "b" / "scan.ply").read_bytes()
 
 
+def test_a_1e8_point_scan_plans_within_8_gb(tmp_path):
+    """Issue 40's target: 10^8 points (float xyz, ushort intensity) with voxel, statistical k=20 and
+    normals k=30 stream with the largest tiles in an 8 GB budget.  The file is sparse: only its
+    header is read."""
+    n = 10**8
+    head = (f"ply\nformat binary_little_endian 1.0\nelement vertex {n}\nproperty float x\nproperty float y\n"
+            "property float z\nproperty ushort intensity\nend_header\n").encode("ascii")
+    src = tmp_path / "scan_1e8.ply"
+    with open(src, "wb") as f:
+        f.write(head)
+        f.truncate(len(head) + 14 * n)
+    plan = plan_preprocess(src, 8 * 10**9, statistical=(20, 2.0), normals=30)
+    assert plan.streamed and plan.block_points == SP.DEFAULT_BLOCK_POINTS
+    assert plan.streamed_bytes == n * SP.STREAMED_BYTES_PER_POINT + SP.streamed_bytes(0, 14, plan.block_points)
+    assert plan.streamed_bytes < 6.1e9
+    with pytest.raises(ValueError, match="too small for this file even streamed"):
+        plan_preprocess(src, 5 * 10**9, statistical=(20, 2.0), normals=30)
+
+
 def test_help_states_the_memory_default(capsys):
     with pytest.raises(SystemExit):
         cli.main(["preprocess", "--help"])
