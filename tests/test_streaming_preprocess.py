@@ -199,6 +199,21 @@ def test_voxel_slabs_never_split_a_voxel_column():
             assert got.dtype == torch.int32 and torch.equal(got.long(), want), (size, block)
 
 
+def test_voxel_slab_order_is_numpy_s_stable_argsort():
+    """The counting sort that orders rows by slab (int32, chunk by chunk): numpy's stable argsort, on
+    chunks that cut runs of a slab, empty slabs, one slab, one row per chunk, no rows."""
+    r = np.random.default_rng(24)
+    for n, slabs, chunk in ((1000, 7, 33), (100_000, 300, 4096), (5, 3, 1), (0, 1, 4), (7000, 1, 7000),
+                            (3000, 500, 64)):
+        for dt in (np.int16, np.int32):
+            slab = r.integers(0, slabs, n).astype(dt)
+            counts = np.bincount(slab, minlength=slabs + 2)  # the last slabs empty
+            for index in (torch.int32, torch.int64):
+                got = SP._counting_order(slab, counts, chunk, index)
+                assert got.dtype == (np.int32 if index == torch.int32 else np.int64)
+                assert np.array_equal(got, np.argsort(slab, kind="stable")), (n, slabs, chunk)
+
+
 @pytest.mark.parametrize("float64", [False, True], ids=["float32", "float64"])
 def test_statistical_decisions_at_the_last_bit(float64):
     """Thresholds placed on points' own mean distances, one ulp of std_ratio apart: each decision rests

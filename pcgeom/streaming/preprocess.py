@@ -34,9 +34,10 @@ float64 mean distances and flags (9), or the new normals (12) -- and the tiles o
 permutation and split masks: 26).  The largest sum, the normals step's 54 bytes, rounded up, is
 :data:`STREAMED_BYTES_PER_POINT` (56); with ``float64=True`` the coordinates, normals and tile
 copies double: :data:`STREAMED_BYTES_PER_POINT_FLOAT64` (96).  The voxel step holds less (the
-coordinates, an int16 slab number, its int64 sort order and a keep-mask: 23 to 28).  Measured: 42
+coordinates, an int16 slab number, their int32 order by slab and a keep-mask: 19, then the
+coordinates of the kept points beside them: 28).  Measured: 42
 bytes per point of peak RSS growth from 10^6 to 10^7 points (statistical ``k=20`` and normals
-``k=30``, no voxel step, 2^16-point tiles).  Per tile: ``block_points`` times
+``k=30``, no voxel step, 2^16-point tiles; 70 with ``float64=True``, 2^14-point tiles).  Per tile: ``block_points`` times
 :data:`TILE_BYTES_PER_POINT` (a search's candidates, its answer and the float64 distances formed
 from it; about 1,000 measured) plus a read chunk of ``chunk_points`` rows (the decoded record and
 its tensors).  Never held: an ``(N, k)`` neighbour table, an ``(N,)`` int64 array, or the file's
@@ -322,6 +323,23 @@ def _rows_of(mask: torch.Tensor, dtype: torch.dtype, chunk: int) -> torch.Tensor
     return out
 
 
+def _counting_order(slab: np.ndarray, counts: np.ndarray, chunk: int, dtype: torch.dtype) -> np.ndarray:
+    """``np.argsort(slab, kind="stable")`` in ``dtype`` (int32 or int64), by a counting sort taken
+    ``chunk`` rows at a time: every row goes to the next free place of its slab, so the rows of a
+    slab stay ascending -- without the int64 order and the radix sort's int64 buffer over all rows."""
+    order = np.empty(len(slab), dtype=np.int32 if dtype == torch.int32 else np.int64)
+    free = np.cumsum(counts) - counts  # the next free place of each slab
+    for a in range(0, len(slab), chunk):
+        s = slab[a:a + chunk]
+        o = np.argsort(s, kind="stable")
+        ss = s[o]
+        c = np.bincount(s, minlength=len(counts))
+        first = np.cumsum(c) - c  # where each slab's run starts within this sorted chunk
+        order[free[ss] + (np.arange(len(s)) - first[ss])] = o + a
+        free += c
+    return order
+
+
 def _voxel(p: torch.Tensor, size: float, block: int) -> torch.Tensor:
     """The rows :func:`pcgeom.grid_subsample` ``(p, size).index`` keeps, ascending, slab by slab
     (int32 while the row numbers fit, :func:`_index_dtype`)."""
@@ -346,8 +364,9 @@ def _voxel(p: torch.Tensor, size: float, block: int) -> torch.Tensor:
     for a in range(0, n, block):
         b = min(n, a + block)
         slab[a:b] = torch.searchsorted(bounds, column(a, b), right=True).cpu().numpy()
-    order = torch.from_numpy(np.argsort(slab, kind="stable")).to(p.device)  # rows ascending within a slab
-    ends = np.cumsum(np.bincount(slab, minlength=len(bounds) + 1))
+    counts = np.bincount(slab, minlength=len(bounds) + 1)
+    ends = np.cumsum(counts)
+    order = torch.from_numpy(_counting_order(slab, counts, block, _index_dtype(n))).to(p.device)
     del slab
     # The kept rows as a mask (1 byte a point), read out in order at the end: no list of int64 rows
     # and no sort of them.
