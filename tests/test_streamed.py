@@ -103,7 +103,7 @@ def test_tiles_built_with_numpy_are_the_median_split_tiles(cloud, block):
         assert a.dtype == b.dtype and torch.equal(a, b), name
     assert got.paths == spec.paths
     n = x.shape[0]
-    assert got.perm.dtype == torch.int64 and torch.equal(got.perm.sort().values, torch.arange(n))
+    assert got.perm.dtype == torch.int32 and torch.equal(got.perm.sort().values, torch.arange(n, dtype=torch.int32))
     assert got.lo.dtype == acc and got.lo.shape == (len(got), x.shape[1])
     assert int(got.counts.sum()) == n and bool((got.counts >= 1).all()) and bool((got.counts <= block).all())
     xa = x.to(acc)
@@ -112,6 +112,17 @@ def test_tiles_built_with_numpy_are_the_median_split_tiles(cloud, block):
         assert bool((rows[1:] > rows[:-1]).all())  # ascending within the tile
         pts = xa[rows]
         assert torch.equal(got.lo[t], pts.amin(0)) and torch.equal(got.hi[t], pts.amax(0))  # tight boxes
+
+
+def test_tile_permutation_is_int32_while_row_numbers_fit():
+    """int32 holds row numbers up to 2**31 - 1, so clouds of up to 2**31 points; beyond, int64."""
+    assert S._perm_dtype(0) == np.int32 and S._perm_dtype(2**31) == np.int32
+    assert S._perm_dtype(2**31 + 1) == np.int64
+    x = _uniform(500, seed=3)
+    assert S.SpatialTiles(x, 50, torch.float32).perm.dtype == torch.int32
+    assert _tiles_by_index(x, 50, torch.float32).perm.dtype == torch.int32
+    rows = [b.rows for b in pcgeom.knn_blocks(x, x, 4, block_points=64)]
+    assert all(r.dtype == torch.int64 for r in rows)  # the blocks' rows stay int64, as documented
 
 
 def test_tile_split_is_the_lower_median_of_the_widest_axis():

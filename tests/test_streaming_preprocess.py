@@ -133,6 +133,13 @@ def _lattice(m):
     return g * 0.25  # exact in float32: every tile split and voxel boundary lands on points
 
 
+def _with_subnormals(xyz):
+    xyz = xyz.copy()
+    xyz[::20, 2] = np.float32(1e-45) * np.arange(1, len(xyz[::20]) + 1, dtype=np.float32)  # 1..30 x 2**-149
+    assert (np.abs(xyz[::20, 2]) < np.finfo(np.float32).tiny).all()
+    return xyz
+
+
 BOUNDARY = {
     # points exactly on tile edges and voxel boundaries, ties everywhere
     "lattice": (lambda: _lattice(11), 29, ["--voxel", "0.5", "--remove-statistical", "7,1", "--remove-radius",
@@ -153,6 +160,10 @@ BOUNDARY = {
                                                         "5e-23,3", "--normals", "9", "--viewpoint", "0,0,1"]),
     "scale-1e22": (lambda: cloud(800, 10) * 1e22, 31, ["--voxel", "3e20", "--remove-statistical", "10,1.5",
                                                        "--normals", "9"]),
+    # subnormal coordinates beside metre-sized ones: rescaling them is not exact, so the steps search
+    # a rescaled copy (not the coordinates scaled in place) and the PCA runs on the coordinates
+    "subnormal": (lambda: _with_subnormals(cloud(600, 21)), 23, ["--remove-statistical", "8,1.5", "--remove-radius",
+                                                                  "0.3,3", "--normals", "9", "--viewpoint", "1,1,4"]),
     "one-tile": (lambda: cloud(700, 6), 10**6, STEPS["all"]),
     "n=1": (lambda: np.array([[0.5, -1.25, 3.0]]), 1, ["--voxel", "1", "--normals", "5"]),
     "n=1-statistical": (lambda: np.array([[0.5, -1.25, 3.0]]), 1, ["--remove-statistical", "3,2"]),
@@ -184,7 +195,23 @@ def test_voxel_slabs_never_split_a_voxel_column():
         p = torch.from_numpy(np.asarray(xyz, dtype=np.float32))
         for block in (7, 64, 500):
             got = SP._voxel(p, size, block)
-            assert torch.equal(got, pcgeom.grid_subsample(p, size).index), (size, block)
+            want = pcgeom.grid_subsample(p, size).index
+            assert got.dtype == torch.int32 and torch.equal(got.long(), want), (size, block)
+
+
+def test_voxel_slab_order_is_numpy_s_stable_argsort():
+    """The counting sort that orders rows by slab (int32, chunk by chunk): numpy's stable argsort, on
+    chunks that cut runs of a slab, empty slabs, one slab, one row per chunk, no rows."""
+    r = np.random.default_rng(24)
+    for n, slabs, chunk in ((1000, 7, 33), (100_000, 300, 4096), (5, 3, 1), (0, 1, 4), (7000, 1, 7000),
+                            (3000, 500, 64)):
+        for dt in (np.int16, np.int32):
+            slab = r.integers(0, slabs, n).astype(dt)
+            counts = np.bincount(slab, minlength=slabs + 2)  # the last slabs empty
+            for index in (torch.int32, torch.int64):
+                got = SP._counting_order(slab, counts, chunk, index)
+                assert got.dtype == (np.int32 if index == torch.int32 else np.int64)
+                assert np.array_equal(got, np.argsort(slab, kind="stable")), (n, slabs, chunk)
 
 
 @pytest.mark.parametrize("float64", [False, True], ids=["float32", "float64"])
@@ -208,8 +235,55 @@ def test_statistical_decisions_at_the_last_bit(float64):
             got = SP.statistical_keep(avg, has, float(r))
             want = pcgeom.remove_statistical_outliers(p, 8, float(r))
             assert torch.equal(got, want), float(r)
+            # the global sums taken in chunks (of a size that divides nothing here) decide the same
+            assert torch.equal(SP.statistical_keep(avg, has, float(r), chunk=97), want), float(r)
             flips += int(got.sum())
     assert flips > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_coordinates_rescaled_in_place_come_back_bit_for_bit(dtype):
+    """The steps scale the coordinates in place for their searches (no second (N, 3) copy) and back
+    after, also after an exception; a cloud that cannot be scaled exactly gets a copy instead."""
+    from pcgeom._scaling import times_power_of_two
+
+    p = torch.from_numpy(cloud(2000, 22)).to(dtype) * 100
+    p[5] = -0.0  # the sign of zero survives too
+    bits = torch.int32 if dtype == torch.float32 else torch.int64
+    orig = p.clone()
+    want, expo = SP._rescaled(orig, 300)
+    assert int(expo) == 10  # |coordinates| up to 600
+    with SP._scaled(p, 300, True) as (x, e):
+        assert x is p and torch.equal(e, expo) and torch.equal(x.view(bits), want.view(bits))
+    assert torch.equal(p.view(bits), orig.view(bits))
+    with pytest.raises(KeyboardInterrupt):
+        with SP._scaled(p, 300, True) as (x, e):
+            assert x is p
+            raise KeyboardInterrupt
+    assert torch.equal(p.view(bits), orig.view(bits))
+    with SP._scaled(p, 300, False) as (x, e):  # not asked: a copy
+        assert x is not p and torch.equal(x.view(bits), want.view(bits))
+    if dtype == torch.float32:
+        tiny = torch.from_numpy(_with_subnormals(cloud(2000, 22))) * 4
+        orig = tiny.clone()
+        assert not torch.equal(times_power_of_two(SP._rescaled(tiny, 300)[0], SP._rescaled(tiny, 300)[1]), tiny)
+        with SP._scaled(tiny, 300, True) as (x, e):
+            assert x is not tiny and torch.equal(x, SP._rescaled(orig, 300)[0])
+            assert torch.equal(tiny.view(bits), orig.view(bits))
+        assert torch.equal(tiny.view(bits), orig.view(bits))
+
+
+def test_chunked_index_add_sums_are_the_whole_vector_s_bits():
+    """The filter's global sums, chunk by chunk: the bits of index_add over the whole vector, which
+    adds in row order -- and not a pairwise sum's (so a chunked sum in any other order fails here)."""
+    g = torch.Generator().manual_seed(23)
+    v = torch.rand(200_003, dtype=torch.float64, generator=g) * torch.rand(200_003, dtype=torch.float64, generator=g)
+    want = torch.zeros(1, dtype=torch.float64).index_add(0, torch.zeros(len(v), dtype=torch.int64), v)
+    assert want.item() != v.sum().item()  # the data tells the two orders apart
+    for chunk in (1, 977, 65536, 200_003, 10**6):
+        got = SP._index_add_sum(len(v), lambda a, b: v[a:b], chunk, v.device)
+        assert torch.equal(got, want), chunk
+    assert torch.equal(SP._index_add_sum(0, lambda a, b: v[a:b], 5, v.device), torch.zeros(1, dtype=torch.float64))
 
 
 def test_mean_distances_are_open3d_s_sums_in_float64():
@@ -249,6 +323,25 @@ def test_below_the_budget_runs_in_memory_above_it_streams(tmp_path, capsys, monk
     assert calls == [SP.MIN_BLOCK_POINTS]
     capsys.readouterr()
     assert (tmp_path / "a" / "scan.ply").read_bytes() == (tmp_path / "b" / "scan.ply").read_bytes()
+
+
+def test_a_1e8_point_scan_plans_within_8_gb(tmp_path):
+    """Issue 40's target: 10^8 points (float xyz, ushort intensity) with voxel, statistical k=20 and
+    normals k=30 stream with the largest tiles in an 8 GB budget.  The file is sparse: only its
+    header is read."""
+    n = 10**8
+    head = (f"ply\nformat binary_little_endian 1.0\nelement vertex {n}\nproperty float x\nproperty float y\n"
+            "property float z\nproperty ushort intensity\nend_header\n").encode("ascii")
+    src = tmp_path / "scan_1e8.ply"
+    with open(src, "wb") as f:
+        f.write(head)
+        f.truncate(len(head) + 14 * n)
+    plan = plan_preprocess(src, 8 * 10**9, statistical=(20, 2.0), normals=30)
+    assert plan.streamed and plan.block_points == SP.DEFAULT_BLOCK_POINTS
+    assert plan.streamed_bytes == n * SP.STREAMED_BYTES_PER_POINT + SP.streamed_bytes(0, 14, plan.block_points)
+    assert plan.streamed_bytes < 6.1e9
+    with pytest.raises(ValueError, match="too small for this file even streamed"):
+        plan_preprocess(src, 5 * 10**9, statistical=(20, 2.0), normals=30)
 
 
 def test_help_states_the_memory_default(capsys):
@@ -386,8 +479,8 @@ def test_streamed_run_fits_a_budget_the_in_memory_run_exceeds(tmp_path, capsys):
     """10^6 points, statistical outliers k=16, under RLIMIT_AS 250 MiB above the warmed-up interpreter.
 
     Measured growth: in memory the run fails even at 400 MiB (its (10^6, 16) neighbour table alone is
-    183 MiB, with float64 distances and square roots beside it); streamed, the planner picks 2^16-point
-    tiles for --memory 0.3 and the run fits in 150 MiB.
+    183 MiB, with float64 distances and square roots beside it); streamed, the planner picks 2^17-point
+    tiles for --memory 0.3 (56 bytes a point resident in its model) and the run fits under the limit.
     """
     n = 10**6
     r = np.random.default_rng(17)

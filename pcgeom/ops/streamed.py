@@ -109,14 +109,14 @@ def _split(x: torch.Tensor, seg: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return seg[left], seg[~left]
 
 
-def _np_split(c: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_split` on a segment carried with its coordinates: ``c`` ``(D, n)`` (contiguous per
-    axis), ``idx`` ``(n,)`` ascending -> ``(left mask, or None to cut by position)``, the same
-    decision as :func:`_split` (widest axis first in axis order, the lower median, ``<=``; ``<``
-    when the median is the maximum)."""
+def _np_split(c: list[np.ndarray], idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_split` on a segment carried with its coordinates: ``c`` ``D`` contiguous ``(n,)``
+    arrays (one per axis), ``idx`` ``(n,)`` ascending -> ``(left mask, or None to cut by position)``,
+    the same decision as :func:`_split` (widest axis first in axis order, the lower median, ``<=``;
+    ``<`` when the median is the maximum)."""
     best, best_ext = -1, 0.0
-    lo, hi = c.min(1), c.max(1)
-    for a in range(c.shape[0]):
+    lo, hi = [col.min() for col in c], [col.max() for col in c]
+    for a in range(len(c)):
         ext = float(hi[a]) - float(lo[a])  # in double, as _split subtracts Python floats
         if ext > best_ext:
             best, best_ext = a, ext
@@ -131,23 +131,32 @@ def _np_split(c: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return left, best
 
 
+def _perm_dtype(n: int):
+    """The tile permutation's dtype: int32 while every row number fits (half the bytes), else int64."""
+    return np.int32 if n - 1 <= np.iinfo(np.int32).max else np.int64
+
+
 def _tiles_numpy(x: torch.Tensor, block: int, acc: torch.dtype):
     """:class:`SpatialTiles`' tiles of a CPU tensor, built with numpy: each segment carries its own
-    coordinates (``(D, n)``, one contiguous row per axis) and indices, so a split is a few linear
-    passes over contiguous memory instead of gathers from the strided input.  Returns
-    ``(perm (N,) int64, counts [T], lo (T, D), hi (T, D), paths [T])``, the tiles :func:`_split` makes."""
+    coordinates (``D`` contiguous arrays, one per axis) and indices, so a split is a few linear
+    passes over contiguous memory instead of gathers from the strided input.  A split moves one
+    axis at a time into its two halves and drops the parent's copy of it at once, so the first
+    split holds ``N * (D * itemsize + 4)`` bytes plus one axis and a mask more, not twice that.
+    Returns ``(perm (N,) int32 or int64, counts [T], lo (T, D), hi (T, D), paths [T])``, the tiles
+    :func:`_split` makes."""
     n, d = x.shape
     work_dt = np.float64 if x.dtype == torch.float64 else np.float32  # exact for every input dtype
-    ind_dt = np.int32 if n <= np.iinfo(np.int32).max else np.int64
-    perm = np.empty(n, dtype=np.int64)
+    ind_dt = _perm_dtype(n)
+    perm = np.empty(n, dtype=ind_dt)
     counts, los, his, paths = [], [], [], []
     if n == 0:
         return perm, counts, np.empty((0, d), work_dt), np.empty((0, d), work_dt), paths
     # The coordinates one axis at a time: never a (N, D) copy of a strided or memory-mapped input at once.
-    c = np.empty((d, n), dtype=work_dt)
+    c = []
     for a in range(d):
         col = x[:, a]
-        c[a] = (col.float() if col.dtype == torch.bfloat16 else col).numpy()  # numpy has no bfloat16
+        c.append(np.ascontiguousarray((col.float() if col.dtype == torch.bfloat16 else col).numpy(),
+                                      dtype=work_dt))  # numpy has no bfloat16
     work = [(c, np.arange(n, dtype=ind_dt), "")]
     at = 0
     while work:
@@ -157,30 +166,38 @@ def _tiles_numpy(x: torch.Tensor, block: int, acc: torch.dtype):
             perm[at:at + m] = idx
             at += m
             counts.append(m)
-            los.append(c.min(1))
-            his.append(c.max(1))
+            los.append([col.min() for col in c])
+            his.append([col.max() for col in c])
             paths.append(path)
             continue
         left, _ = _np_split(c, idx)
         if left is None:  # every point coincides: cut by position, as _split does
             half = m // 2
-            parts = ((c[:, :half], idx[:half], path + "0"), (c[:, half:], idx[half:], path + "1"))
+            parts = (([col[:half] for col in c], idx[:half], path + "0"),
+                     ([col[half:] for col in c], idx[half:], path + "1"))
         else:
             right = ~left
-            parts = ((np.compress(left, c, axis=1), idx[left], path + "0"),
-                     (np.compress(right, c, axis=1), idx[right], path + "1"))
+            lc, rc = [], []
+            for a in range(d):  # one axis at a time, the parent's copy of it freed at once
+                lc.append(np.compress(left, c[a]))
+                rc.append(np.compress(right, c[a]))
+                c[a] = None
+            parts = ((lc, idx[left], path + "0"), (rc, idx[right], path + "1"))
+            del lc, rc, right
         del c, idx, left
         work.append(parts[1])  # depth first, left before right: neighbouring tiles stay close in order
         work.append(parts[0])
         del parts
-    return perm, counts, np.stack(los), np.stack(his), paths
+    return (perm, counts, np.asarray(los, dtype=work_dt).reshape(-1, d),
+            np.asarray(his, dtype=work_dt).reshape(-1, d), paths)
 
 
 class SpatialTiles:
     """Rows of an ``(N, D)`` tensor cut into axis-aligned tiles of at most ``block`` rows.
 
     Attributes:
-        perm: ``(N,)`` int64: the rows, tile after tile, ascending within each tile.
+        perm: ``(N,)`` int32 (int64 when ``N > 2**31``): the rows, tile after tile, ascending
+            within each tile.
         starts: ``(T + 1,)`` int64: tile ``t`` is ``perm[starts[t]:starts[t + 1]]``.
         counts: ``(T,)`` int64 rows per tile (no tile is empty).
         lo, hi: ``(T, D)`` each tile's tight bounding box, in ``acc`` (exact copies of coordinates).
@@ -190,9 +207,9 @@ class SpatialTiles:
     The tiles are those of recursive :func:`_split` calls (median splits of the
     widest axis), depth first.  On CPU they are built by :func:`_tiles_numpy`,
     linear passes over a per-axis copy of the coordinates per tree level (about
-    ``N * (D * itemsize + 4)`` bytes twice over at the first split); elsewhere
-    by :func:`_split` on index segments.  Coordinates must be finite (checked
-    by the callers).
+    ``N * (D * itemsize + 4)`` bytes, plus one axis and a mask at the first
+    split); elsewhere by :func:`_split` on index segments.  Coordinates must be
+    finite (checked by the callers).
     """
 
     def __init__(self, x: torch.Tensor, block: int, acc: torch.dtype):
@@ -211,7 +228,8 @@ class SpatialTiles:
         """The tiles by :func:`_split` on index segments, on any device (the specification of :func:`_tiles_numpy`)."""
         n = x.shape[0]
         leaves, self.paths = [], []
-        work = [(torch.arange(n, device=x.device), "")] if n else []
+        ind = torch.int32 if _perm_dtype(n) == np.int32 else torch.int64
+        work = [(torch.arange(n, dtype=ind, device=x.device), "")] if n else []
         while work:
             seg, path = work.pop()
             if seg.numel() <= block:
@@ -221,7 +239,7 @@ class SpatialTiles:
             left, right = _split(x, seg)
             work.append((right, path + "1"))  # depth first, left before right: neighbouring tiles stay close
             work.append((left, path + "0"))
-        self.perm = torch.cat(leaves) if leaves else torch.empty(0, dtype=torch.int64, device=x.device)
+        self.perm = torch.cat(leaves) if leaves else torch.empty(0, dtype=ind, device=x.device)
         self.counts = torch.tensor([s.numel() for s in leaves], dtype=torch.int64)
         d = x.shape[1]
         self.lo = torch.empty((len(leaves), d), dtype=acc, device=x.device)
@@ -403,15 +421,16 @@ class _Search:
 
     # -- the blocks ---------------------------------------------------------------------------
     def query_blocks(self) -> Iterator[torch.Tensor]:
-        """Rows of each query block, ascending: for self-KNN the point tiles of the largest subtrees
-        of the split tree that hold at most ``q_block`` rows (one box of the tree, so compact; a run
-        across two subtrees could span a far wider box), else the query tiles."""
+        """Rows of each query block, ascending, int64 (the tiles' may be int32): for self-KNN the
+        point tiles of the largest subtrees of the split tree that hold at most ``q_block`` rows (one
+        box of the tree, so compact; a run across two subtrees could span a far wider box), else the
+        query tiles."""
         if self.qtiles is not None:
             for t in range(len(self.qtiles)):
-                yield self.qtiles.tile(t)
+                yield self.qtiles.tile(t).long()
             return
         for lo, hi in subtree_runs(self.ptiles.paths, self.ptiles.counts.tolist(), self.q_block):
-            yield ascending(torch.cat([self.ptiles.tile(t) for t in range(lo, hi)]))[0]
+            yield ascending(torch.cat([self.ptiles.tile(t) for t in range(lo, hi)]))[0].long()
 
     def first_halo(self, qc: torch.Tensor, qlo, qhi) -> torch.Tensor:
         """A guess of the halo a KNN query block needs: the k-th distance of a few sampled

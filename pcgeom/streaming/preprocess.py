@@ -25,17 +25,25 @@ Why the answers are the in-memory ones:
   voxel column is never split, so a cloud packed into one column holds its slab whole: the voxel
   step's memory is then the in-memory call's.)
 
-**Memory model.**  Resident for the whole run, per input point: the coordinates in the computing
-precision and a few per-point arrays (a power-of-two rescaled copy for the searches, the kept rows,
-the tile permutation of :mod:`pcgeom.ops.streamed`, the per-point means and masks of the filters, the
-new normals) -- :data:`STREAMED_BYTES_PER_POINT` bytes for float32 (doubled coordinates and
-normals with ``float64=True``: :data:`STREAMED_BYTES_PER_POINT_FLOAT64`).  Per tile:
-``block_points`` times :data:`TILE_BYTES_PER_POINT` (a search's candidates, its answer, the kernel's
-work) plus a read chunk of ``chunk_points`` rows (the decoded record and its tensors).  Never held:
-an ``(N, k)`` neighbour table, or the file's full vertex record -- the other columns are read again
-chunk by chunk while the output is written.  :func:`streamed_bytes` is this model and
-:func:`in_memory_bytes` the one of the in-memory command; both exclude the interpreter with torch
-(about 0.3 GiB).
+**Memory model.**  Per input point, at the busiest moment of the run and for a step that keeps
+every point (each step after the first holds only the points kept so far): the coordinates in the
+computing precision (12 bytes; searched in place, rescaled by a power of two and back, when that is
+exact), the kept rows (int32 while they fit: 4), the step's own arrays -- the statistical filter's
+float64 mean distances and flags (9), or the new normals (12) -- and the tiles of
+:mod:`pcgeom.ops.streamed` while they are cut (a per-axis copy of the coordinates, the int32
+permutation and split masks: 26).  The largest sum, the normals step's 54 bytes, rounded up, is
+:data:`STREAMED_BYTES_PER_POINT` (56); with ``float64=True`` the coordinates, normals and tile
+copies double: :data:`STREAMED_BYTES_PER_POINT_FLOAT64` (96).  The voxel step holds less (the
+coordinates, an int16 slab number, their int32 order by slab and a keep-mask: 19, then the
+coordinates of the kept points beside them: 28).  Measured: 42
+bytes per point of peak RSS growth from 10^6 to 10^7 points (statistical ``k=20`` and normals
+``k=30``, no voxel step, 2^16-point tiles; 70 with ``float64=True``, 2^14-point tiles).  Per tile: ``block_points`` times
+:data:`TILE_BYTES_PER_POINT` (a search's candidates, its answer and the float64 distances formed
+from it; about 1,000 measured) plus a read chunk of ``chunk_points`` rows (the decoded record and
+its tensors).  Never held: an ``(N, k)`` neighbour table, an ``(N,)`` int64 array, or the file's
+full vertex record -- the other columns are read again chunk by chunk while the output is written.
+:func:`streamed_bytes` is this model and :func:`in_memory_bytes` the one of the in-memory command;
+both exclude the interpreter with torch (about 0.3 GiB).
 
 Example:
     >>> import os, tempfile, torch
@@ -54,6 +62,7 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import NamedTuple
 
@@ -73,10 +82,11 @@ __all__ = ["PreprocessPlan", "StreamedPreprocessResult", "in_memory_bytes", "mea
            "preprocess_streamed", "streamed_bytes", "STREAMED_BYTES_PER_POINT", "STREAMED_BYTES_PER_POINT_FLOAT64",
            "TILE_BYTES_PER_POINT", "MIN_BLOCK_POINTS"]
 
-#: Resident bytes per input point of the streamed run, float32 computation (see the module docstring).
-STREAMED_BYTES_PER_POINT = 128
-#: The same with ``float64=True`` (coordinates, their rescaled copy and the normals twice as wide).
-STREAMED_BYTES_PER_POINT_FLOAT64 = 176
+#: Resident bytes per input point of the streamed run at its peak, float32 computation (see the
+#: module docstring: 54 counted, 42 measured).
+STREAMED_BYTES_PER_POINT = 56
+#: The same with ``float64=True`` (coordinates, normals and the tiles' coordinate copy twice as wide: 94).
+STREAMED_BYTES_PER_POINT_FLOAT64 = 96
 #: Bytes per point of ``block_points`` that one tile's search holds (candidates, answer, kernel work).
 TILE_BYTES_PER_POINT = 1536
 #: The smallest tile :func:`plan_preprocess` chooses; a budget that cannot hold it is refused.
@@ -252,21 +262,90 @@ def _rescaled(p: torch.Tensor, chunk: int):
     """``(copy of p times 2**-e, e)``: :func:`pcgeom._scaling.rescale_clouds` of one all-real cloud,
     taken chunk by chunk (the maximum is exact in any order; the scaling is elementwise)."""
     q = p.to(torch.float64 if p.dtype == torch.float64 else torch.float32)
-    mag = torch.zeros(1, dtype=q.dtype, device=q.device)
-    for a in range(0, len(q), chunk):
-        mag = torch.maximum(mag, q[a:a + chunk].abs().amax().reshape(1))
-    expo = binary_exponent(mag)
+    expo = _exponent(q, chunk)
     out = torch.empty_like(q)
     for a in range(0, len(q), chunk):
         out[a:a + chunk] = times_power_of_two(q[a:a + chunk], -expo[:, None])
     return out, expo
 
 
+def _exponent(q: torch.Tensor, chunk: int) -> torch.Tensor:
+    """``rescale_clouds``' ``e`` of one all-real cloud: the binary exponent of its largest magnitude."""
+    mag = torch.zeros(1, dtype=q.dtype, device=q.device)
+    for a in range(0, len(q), chunk):
+        mag = torch.maximum(mag, q[a:a + chunk].abs().amax().reshape(1))
+    return binary_exponent(mag)
+
+
+@contextmanager
+def _scaled(p: torch.Tensor, chunk: int, in_place: bool):
+    """``(p times 2**-e, e)`` as :func:`_rescaled`, for the duration of a ``with`` block.
+
+    With ``in_place`` (float32 or float64 ``p``) and when the scaling is exact both ways -- no
+    coordinate rounded in the subnormal range, checked by scaling every value there and back --
+    ``p`` itself is scaled for the block and scaled back after it (exactly, so it ends bit for bit
+    as it began; also after an exception): the step then holds one ``(N, 3)`` coordinate array,
+    not two.  Otherwise a copy, as :func:`_rescaled`.
+    """
+    if not (in_place and p.dtype in (torch.float32, torch.float64)):
+        yield _rescaled(p, chunk)
+        return
+    expo = _exponent(p, chunk)
+    down, up = -expo[:, None], expo[:, None]
+    for a in range(0, len(p), chunk):
+        q = p[a:a + chunk]
+        if not torch.equal(times_power_of_two(times_power_of_two(q, down), up), q):
+            yield _rescaled(p, chunk)
+            return
+    for a in range(0, len(p), chunk):
+        p[a:a + chunk] = times_power_of_two(p[a:a + chunk], down)
+    try:
+        yield p, expo
+    finally:
+        for a in range(0, len(p), chunk):
+            p[a:a + chunk] = times_power_of_two(p[a:a + chunk], up)
+
+
+def _index_dtype(n: int) -> torch.dtype:
+    """Row numbers of an ``n``-point cloud: int32 while they fit (half the bytes of int64)."""
+    return torch.int32 if n - 1 <= torch.iinfo(torch.int32).max else torch.int64
+
+
+def _rows_of(mask: torch.Tensor, dtype: torch.dtype, chunk: int) -> torch.Tensor:
+    """``mask.nonzero()`` flattened, in ``dtype``, found chunk by chunk: never an int64 array of
+    every kept row beside the result."""
+    out = torch.empty(int(mask.sum()), dtype=dtype, device=mask.device)
+    at = 0
+    for a in range(0, len(mask), chunk):
+        r = mask[a:a + chunk].nonzero().flatten()
+        out[at:at + len(r)] = r + a
+        at += len(r)
+    return out
+
+
+def _counting_order(slab: np.ndarray, counts: np.ndarray, chunk: int, dtype: torch.dtype) -> np.ndarray:
+    """``np.argsort(slab, kind="stable")`` in ``dtype`` (int32 or int64), by a counting sort taken
+    ``chunk`` rows at a time: every row goes to the next free place of its slab, so the rows of a
+    slab stay ascending -- without the int64 order and the radix sort's int64 buffer over all rows."""
+    order = np.empty(len(slab), dtype=np.int32 if dtype == torch.int32 else np.int64)
+    free = np.cumsum(counts) - counts  # the next free place of each slab
+    for a in range(0, len(slab), chunk):
+        s = slab[a:a + chunk]
+        o = np.argsort(s, kind="stable")
+        ss = s[o]
+        c = np.bincount(s, minlength=len(counts))
+        first = np.cumsum(c) - c  # where each slab's run starts within this sorted chunk
+        order[free[ss] + (np.arange(len(s)) - first[ss])] = o + a
+        free += c
+    return order
+
+
 def _voxel(p: torch.Tensor, size: float, block: int) -> torch.Tensor:
-    """The rows :func:`pcgeom.grid_subsample` ``(p, size).index`` keeps, ascending, slab by slab."""
+    """The rows :func:`pcgeom.grid_subsample` ``(p, size).index`` keeps, ascending, slab by slab
+    (int32 while the row numbers fit, :func:`_index_dtype`)."""
     n = len(p)
     if n <= block:
-        return grid_subsample(p, size).index
+        return grid_subsample(p, size).index.to(_index_dtype(n))
     st = p.min(0, keepdim=True).values.to(torch.float64)  # grid_subsample's origin for start=None
     top = p.max(0).values.to(torch.float64)
     axis = int(torch.argmax(torch.floor((top - st[0]) / size)))
@@ -285,43 +364,58 @@ def _voxel(p: torch.Tensor, size: float, block: int) -> torch.Tensor:
     for a in range(0, n, block):
         b = min(n, a + block)
         slab[a:b] = torch.searchsorted(bounds, column(a, b), right=True).cpu().numpy()
-    order = torch.from_numpy(np.argsort(slab, kind="stable")).to(p.device)  # rows ascending within a slab
-    ends = np.cumsum(np.bincount(slab, minlength=len(bounds) + 1))
+    counts = np.bincount(slab, minlength=len(bounds) + 1)
+    ends = np.cumsum(counts)
+    order = torch.from_numpy(_counting_order(slab, counts, block, _index_dtype(n))).to(p.device)
     del slab
-    kept, start = [], 0
+    # The kept rows as a mask (1 byte a point), read out in order at the end: no list of int64 rows
+    # and no sort of them.
+    kept, start = torch.zeros(n, dtype=torch.bool, device=p.device), 0
     for end in ends.tolist():
         if end > start:
             rows = order[start:end]
-            kept.append(rows[grid_subsample(p.index_select(0, rows), size, start=st[0]).index])
+            kept[rows[grid_subsample(p.index_select(0, rows), size, start=st[0]).index]] = True
         start = end
-    return torch.sort(torch.cat(kept)).values
+    del order
+    return _rows_of(kept, _index_dtype(n), block)
 
 
 def _statistical(p, k, std_ratio, block, chunk, progress):
     """:func:`pcgeom.remove_statistical_outliers` ``(p, k, std_ratio)``, rows from :func:`knn_blocks`."""
-    return statistical_keep(*mean_distances(p, k, block, chunk, progress), std_ratio)
+    return statistical_keep(*mean_distances(p, k, block, chunk, progress, in_place=True), std_ratio, chunk)
 
 
-def mean_distances(p, k, block, chunk=DEFAULT_CHUNK_POINTS, progress=None):
+def mean_distances(p, k, block, chunk=DEFAULT_CHUNK_POINTS, progress=None, *, in_place=False):
     """``(avg, has)``: each point's mean Euclidean distance to its ``k`` nearest (itself included;
     float64 ``(N,)``, -1 where no neighbour counts) and whether any counts (bool ``(N,)``), as
-    :func:`pcgeom.remove_statistical_outliers` forms them, from :func:`knn_blocks` rows."""
+    :func:`pcgeom.remove_statistical_outliers` forms them, from :func:`knn_blocks` rows.
+
+    ``in_place=True`` lets a float32 ``p`` be rescaled in place for the search and restored after
+    it, bit for bit (:func:`_scaled`), instead of copied."""
     n = len(p)
     k = min(k, max(n, 2))  # self_knn's cap
     rescale = p.dtype != torch.float64
-    x, expo = _rescaled(p, chunk) if rescale else (p, None)
-    scale = torch.pow(2.0, 2.0 * expo.to(torch.float64))[:, None] if rescale else None
-    avg = torch.empty(n, dtype=torch.float64, device=p.device)
-    has = torch.empty(n, dtype=torch.bool, device=p.device)
+    with (_scaled(p, chunk, in_place) if rescale else nullcontext((p, None))) as (x, expo):
+        scale = torch.pow(2.0, 2.0 * expo.to(torch.float64))[:, None] if rescale else None
+        return _mean_distances(x, scale, k, block, progress)
+
+
+def _mean_distances(x, scale, k, block, progress):
+    """:func:`mean_distances` on the searched coordinates ``x`` (``scale``: ``(1, 1)`` float64 factor
+    back to the caller's squared units, or ``None``)."""
+    n = len(x)
+    rescale = scale is not None
+    avg = torch.empty(n, dtype=torch.float64, device=x.device)
+    has = torch.empty(n, dtype=torch.bool, device=x.device)
     for b in knn_blocks(x, x, k, block_points=block, progress=progress):
         d2 = b.dist2.to(torch.float64)
         if rescale:
             d2 = d2 * scale  # the caller's units, exact: as self_knn(exact_dist2=True)
         ok = torch.isfinite(d2) & (b.idx >= 0)
         d = exact_sqrt(torch.where(ok, d2, 0))
-        total = d[:, 0]
-        for j in range(1, d.shape[1]):  # nearest first, as the in-memory sum
-            total = total + d[:, j]
+        # Nearest first, one addition after another, as the in-memory loop adds them: cumsum along a
+        # row is that sequential sum (float64 accumulates in float64), in one op instead of k - 1.
+        total = torch.cumsum(d, 1)[:, -1]
         count = ok.sum(1)
         h = count > 0
         has[b.rows] = h
@@ -329,20 +423,38 @@ def mean_distances(p, k, block, chunk=DEFAULT_CHUNK_POINTS, progress=None):
     return avg, has
 
 
-def statistical_keep(avg, has, std_ratio):
-    """The keep-mask of :func:`pcgeom.remove_statistical_outliers` from :func:`mean_distances`."""
-    n = len(avg)
-    # The global statistics: remove_statistical_outliers' own expressions over the whole (N,) vector.
-    pos = avg > 0
-    cloud = torch.zeros(n, dtype=torch.int64, device=avg.device)
-    zeros = torch.zeros(1, dtype=torch.float64, device=avg.device)
-    n_valid = zeros.index_add(0, cloud, has.to(torch.float64))
-    mean = zeros.index_add(0, cloud, torch.where(pos, avg, 0)) / n_valid
-    dev = torch.where(pos, avg - mean[cloud], 0)
-    std = exact_sqrt(zeros.index_add(0, cloud, dev * dev) / (n_valid - 1))
-    del dev, cloud
+def _index_add_sum(n: int, term, chunk: int, device) -> torch.Tensor:
+    """``zeros(1).index_add(0, zeros(n), v)`` for ``v = term(a, b)`` taken chunk by chunk.
+
+    On one cloud, :func:`pcgeom.remove_statistical_outliers` sums with ``index_add`` into one slot,
+    which adds the terms one after another in row order; continuing that sum chunk after chunk
+    adds the same terms in the same order, so the float64 result is the same bits -- without
+    ``(N,)`` int64 cloud numbers or ``(N,)`` float64 temporaries."""
+    acc = torch.zeros(1, dtype=torch.float64, device=device)
+    slot = torch.zeros(min(n, chunk), dtype=torch.int64, device=device)
+    for a in range(0, n, chunk):
+        b = min(n, a + chunk)
+        acc = acc.index_add(0, slot[:b - a], term(a, b))
+    return acc
+
+
+def statistical_keep(avg, has, std_ratio, chunk: int = DEFAULT_CHUNK_POINTS):
+    """The keep-mask of :func:`pcgeom.remove_statistical_outliers` from :func:`mean_distances`.
+
+    The global mean and deviation are that function's expressions over the whole ``(N,)`` vector,
+    their ``index_add`` sums taken ``chunk`` rows at a time (:func:`_index_add_sum`: the same
+    bits)."""
+    n, dev = len(avg), avg.device
+    n_valid = _index_add_sum(n, lambda a, b: has[a:b].to(torch.float64), chunk, dev)
+    mean = _index_add_sum(n, lambda a, b: torch.where(avg[a:b] > 0, avg[a:b], 0), chunk, dev) / n_valid
+
+    def square(a, b):
+        d = torch.where(avg[a:b] > 0, avg[a:b] - mean, 0)
+        return d * d
+
+    std = exact_sqrt(_index_add_sum(n, square, chunk, dev) / (n_valid - 1))
     threshold = mean + std_ratio * std
-    return pos & (avg < threshold)
+    return (avg > 0) & (avg < threshold)
 
 
 def _radius(p, radius, min_neighbors, block, chunk, progress):
@@ -352,32 +464,39 @@ def _radius(p, radius, min_neighbors, block, chunk, progress):
     if need > n:
         return torch.zeros(n, dtype=torch.bool, device=p.device)
     rescale = p.dtype != torch.float64
-    x, expo = _rescaled(p, chunk) if rescale else (p, None)
-    scale = torch.pow(2.0, 2.0 * expo.to(torch.float64))[:, None] if rescale else None
     keep = torch.empty(n, dtype=torch.bool, device=p.device)
     r2 = radius * radius  # a Python float: formed in float64, as the in-memory filter forms it
-    for b in knn_blocks(x, x, need, block_points=block, progress=progress):
-        d2 = b.dist2.to(torch.float64)
-        if rescale:
-            d2 = d2 * scale
-        keep[b.rows] = (d2[:, -1] < r2) & (b.idx[:, -1] >= 0)
+    with (_scaled(p, chunk, True) if rescale else nullcontext((p, None))) as (x, expo):
+        scale = torch.pow(2.0, 2.0 * expo.to(torch.float64))[:, None] if rescale else None
+        for b in knn_blocks(x, x, need, block_points=block, progress=progress):
+            d2 = b.dist2.to(torch.float64)
+            if rescale:
+                d2 = d2 * scale
+            keep[b.rows] = (d2[:, -1] < r2) & (b.idx[:, -1] >= 0)
     return keep
 
 
 def _normals(p, k, viewpoint, block, chunk, progress):
-    """:func:`pcgeom.estimate_normals` ``(p, k, viewpoint=viewpoint).normals`` from :func:`knn_blocks`."""
+    """:func:`pcgeom.estimate_normals` ``(p, k, viewpoint=viewpoint).normals`` from :func:`knn_blocks`.
+
+    ``p`` is rescaled in place for the search (:func:`_scaled`; estimate_normals searches the
+    rescaled cloud) and restored after it.  When that scaling is exact, the PCA runs on the scaled
+    coordinates too: :func:`pcgeom.ops.pca_normals` gives a power-of-two scale of its input the same
+    normals bit for bit, so ``p`` need not be held beside them."""
     n = len(p)
     k = min(k, max(n, 2))
-    x, _ = _rescaled(p, chunk)  # estimate_normals searches the rescaled cloud (rescaled=True)
     vp = None if viewpoint is None else torch.as_tensor(viewpoint, dtype=torch.float64).reshape(1, 3).to(p.device)
     out = torch.empty((n, 3), dtype=p.dtype, device=p.device)
-    for b in knn_blocks(x, x, k, block_points=block, progress=progress):
-        nrm = pca_normals(p[None], b.idx[None]).normals[0]
-        if vp is not None:
-            ref = vp - p.index_select(0, b.rows).to(torch.float64)
-            dot = (nrm.to(torch.float64) * ref).sum(1)
-            nrm = torch.where((dot < 0)[:, None], -nrm, nrm)
-        out[b.rows] = nrm
+    with _scaled(p, chunk, True) as (x, expo):
+        same = x is p  # scaled in place: the caller's coordinates are x times 2**expo meanwhile
+        up = expo[:, None]
+        for b in knn_blocks(x, x, k, block_points=block, progress=progress):
+            nrm = pca_normals(x[None] if same else p[None], b.idx[None]).normals[0]
+            if vp is not None:
+                own = times_power_of_two(x.index_select(0, b.rows), up) if same else p.index_select(0, b.rows)
+                dot = (nrm.to(torch.float64) * (vp - own.to(torch.float64))).sum(1)
+                nrm = torch.where((dot < 0)[:, None], -nrm, nrm)
+            out[b.rows] = nrm
     return out
 
 
@@ -510,23 +629,30 @@ def preprocess_streamed(src, target, *, voxel=None, statistical=None, radius=Non
     if n == 0:
         raise ValueError("the file holds no points")
 
-    keep = torch.arange(n, device=device)
+    # The kept input rows, ascending, int32 while they fit; None while every row is kept (no (N,)
+    # arange), and sized by the kept points once a step drops some.
+    ind = _index_dtype(n)
+    keep = None
     if voxel is not None:
-        sub = _voxel(p, float(voxel), block_points)
-        keep, p = keep[sub], p[sub]
+        keep = _voxel(p, float(voxel), block_points)
+        p = p.index_select(0, keep)
+
+    def narrow(keep, p, m):
+        rows = _rows_of(m, ind, chunk)
+        return (rows if keep is None else keep.index_select(0, rows)), p.index_select(0, rows)
+
     if statistical is not None:
-        m = _statistical(p, int(statistical[0]), float(statistical[1]), block_points, chunk, progress)
-        keep, p = keep[m], p[m]
+        keep, p = narrow(keep, p, _statistical(p, int(statistical[0]), float(statistical[1]), block_points,
+                                               chunk, progress))
     if radius is not None:
-        m = _radius(p, float(radius[0]), int(radius[1]), block_points, chunk, progress)
-        keep, p = keep[m], p[m]
+        keep, p = narrow(keep, p, _radius(p, float(radius[0]), int(radius[1]), block_points, chunk, progress))
     new_normals = None
     if normals is not None:
         if len(p) == 0:
             raise ValueError("no points left for --normals after outlier removal")
         new_normals = _normals(p, int(normals), viewpoint, block_points, chunk, progress).cpu()
     del p
-    keep = keep.cpu()
+    keep = torch.arange(n, dtype=ind) if keep is None else keep.cpu()
 
     # Pass 2: every column again, chunk by chunk, the kept rows written in order.
     out_types = dict(types)
@@ -538,8 +664,9 @@ def preprocess_streamed(src, target, *, voxel=None, statistical=None, radius=Non
     target.parent.mkdir(parents=True, exist_ok=True)
     with PlyWriter(target, count=len(keep), types=out_types, overwrite=overwrite) as w:
         for c in iter_ply(src, chunk_points=chunk, dtype=read_dtype):
-            a, b = torch.searchsorted(keep, torch.tensor([c.offset, c.offset + len(c.points)])).tolist()
-            rows = keep[a:b] - c.offset
+            a, b = torch.searchsorted(keep, torch.tensor([c.offset, c.offset + len(c.points)],
+                                                         dtype=keep.dtype)).tolist()
+            rows = keep[a:b].long() - c.offset
             props = {name: v[rows] for name, v in c.properties.items()}
             nrm = None if c.normals is None else c.normals[rows]
             if new_normals is not None:
