@@ -798,12 +798,13 @@ def knn_blocks(query, points, k, *, index_dtype=torch.int64, block_points=DEFAUL
         ``StreamedBlock(rows (n,) int64, dist2 (n, k) input dtype, idx (n, k) index_dtype)``.
         No autograd: the inputs are detached.
 
-    Memory: besides one block, an ``(N,)`` int64 permutation of the points
-    (and one of the queries unless ``query is points``); building it (on CPU)
-    holds a per-axis copy of the coordinates with int32 row numbers, twice
-    over while the first split runs -- about ``2 * N * (4 D + 4)`` bytes for
-    float32, 3.2 GB at 10^8 points in 3-D -- and frees them before the search;
-    never an ``M x N`` matrix or the ``(M, k)`` output.
+    Memory: besides one block, an ``(N,)`` int32 permutation of the points
+    (int64 past 2^31 points; one of the queries too unless ``query is
+    points``); building it (on CPU) holds a per-axis copy of the coordinates
+    with int32 row numbers, plus one more axis, a mask and the halves' row
+    numbers while a split runs -- about ``N * (4 D + 17)`` bytes for float32,
+    2.9 GB at 10^8 points in 3-D -- and frees them before the search; never
+    an ``M x N`` matrix or the ``(M, k)`` output.
 
     Raises:
         TypeError, ValueError: bad shapes or dtypes, ``k < 1``, non-finite

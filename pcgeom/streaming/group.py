@@ -11,7 +11,7 @@ are held whole; everything else goes through in chunks:
 2. :func:`pcgeom.farthest_point_sample` over the whole cloud from index 0 (its one ``(N,)``
    distance array: 4 more bytes a point, freed afterwards);
 3. the ``k`` nearest points of the ``G`` centres by :func:`pcgeom.knn_streamed` over spatial tiles
-   (its ``(N,)`` tile permutation: 8 bytes a point), bit for bit :func:`pcgeom.knn`, each centre at slot 0 of
+   (its ``(N,)`` tile permutation: 4 bytes a point, int32), bit for bit :func:`pcgeom.knn`, each centre at slot 0 of
    its patch as in :func:`pcgeom.group_patches`;
 4. the per-point patch number (the last patch holding the point, ``-1`` for none) is looked up
    per chunk from the ``G * k`` sorted patch entries -- no ``(N,)`` label array, no ``(N, G)``
