@@ -508,3 +508,13 @@ def test_streamed_run_fits_a_budget_the_in_memory_run_exceeds(tmp_path, capsys):
     ref = (tmp_path / "ref" / "big.ply").read_bytes()
     assert (tmp_path / "streamed" / "big.ply").read_bytes() == ref
     assert 0.9 * n < len(read_ply(tmp_path / "ref" / "big.ply").points) < n  # it did remove some
+
+
+@pytest.mark.parametrize("n", [1, 2, 65, 2**24 + 3, 30_000_000, 10**8, 2**31 + 5])
+def test_voxel_slab_sample_rows_stay_inside_the_cloud(n):
+    """The voxel step samples rows evenly for its slab bounds: float32 linspace rounded the last row of
+    3*10^7 points up to 3*10^7, out of bounds (the 10^8 benchmark run found it)."""
+    rows = SP._even_rows(n, 64 * 115)
+    assert rows.dtype == torch.int64 and rows.numel() == min(n, 64 * 115)
+    assert int(rows[0]) == 0 and int(rows[-1]) == n - 1
+    assert bool((rows[1:] > rows[:-1]).all())

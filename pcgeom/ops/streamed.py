@@ -440,7 +440,7 @@ class _Search:
         if int(self.ptiles.counts[sel].sum()) > self.cap:
             return torch.zeros((), dtype=self.acc)
         n = qc.shape[0]
-        pick = torch.linspace(0, n - 1, min(n, HALO_SAMPLES)).round().long()
+        pick = torch.linspace(0, n - 1, min(n, HALO_SAMPLES), dtype=torch.float64).round().long()
         d, _, _ = self.search(qc[pick], sel, tiny, (qlo, qhi))
         dk = d[:, self.k - 1]
         dk = dk[torch.isfinite(dk)]

@@ -340,6 +340,12 @@ def _counting_order(slab: np.ndarray, counts: np.ndarray, chunk: int, dtype: tor
     return order
 
 
+def _even_rows(n: int, m: int, device=None) -> torch.Tensor:
+    """``min(n, m)`` int64 rows of ``range(n)`` spread evenly from the first to the last.  In float64:
+    torch's default float32 ``linspace`` rounds ``n - 1`` up past the last row from ``n > 2**24``."""
+    return torch.linspace(0, n - 1, min(n, m), dtype=torch.float64, device=device).long()
+
+
 def _voxel(p: torch.Tensor, size: float, block: int) -> torch.Tensor:
     """The rows :func:`pcgeom.grid_subsample` ``(p, size).index`` keeps, ascending, slab by slab
     (int32 while the row numbers fit, :func:`_index_dtype`)."""
@@ -356,7 +362,7 @@ def _voxel(p: torch.Tensor, size: float, block: int) -> torch.Tensor:
 
     # Slab bounds: quantiles of a sample of voxel columns; a column is never split.
     n_slabs = -(-n // block)
-    pick = torch.linspace(0, n - 1, min(n, 64 * n_slabs), device=p.device).long()
+    pick = _even_rows(n, 64 * n_slabs, p.device)
     sample = torch.sort(torch.floor((p[pick, axis].to(torch.float64) - origin) / size)).values
     bounds = torch.unique(sample[(torch.arange(1, n_slabs, device=p.device) * len(sample)) // n_slabs])
     slab_type = np.int16 if len(bounds) < 2**15 else np.int32  # int16: numpy's stable sort is a radix sort
