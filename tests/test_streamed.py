@@ -625,3 +625,19 @@ def test_staged_rows_in_any_order(tmp_path, monkeypatch):
     blocks = [S.StreamedBlock(r, want_d[r], want_i[r]) for r in perm.split(64)]
     S._write("knn_streamed", iter(blocks), M, k, torch.float32, torch.int64, torch.device("cpu"), dist, idx)
     assert torch.equal(idx, want_i) and torch.equal(dist, want_d)
+
+
+def test_stage_threshold_follows_the_kernels_writeback_threshold(monkeypatch):
+    assert S.STAGE_MIN_BYTES is None
+    got = S.stage_min_bytes()
+    assert got >= S.STAGE_FALLBACK_BYTES
+    if sys.platform.startswith("linux"):
+        fixed = int(open("/proc/sys/vm/dirty_background_bytes").read())
+        if fixed == 0:
+            ratio = int(open("/proc/sys/vm/dirty_background_ratio").read())
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            assert got <= max(S.STAGE_FALLBACK_BYTES, total * ratio // 100)
+        else:
+            assert got == fixed
+    monkeypatch.setattr(S, "STAGE_MIN_BYTES", 12345)
+    assert S.stage_min_bytes() == 12345

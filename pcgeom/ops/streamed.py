@@ -571,13 +571,38 @@ def _blocks(fn, query, points, k, radius, order, index_dtype, block_points, prog
 # --- writing blocks into memory-mapped outputs ------------------------------------------------------
 
 #: Outputs that are shared file mappings and together at least this many bytes are written through
-#: staging files (:class:`_Staged`) rather than row by row into the mapping.
-STAGE_MIN_BYTES = 1 << 28
+#: staging files (:class:`_Staged`) rather than row by row into the mapping; ``None``: the kernel's
+#: background writeback threshold (:func:`stage_min_bytes`).
+STAGE_MIN_BYTES = None
+#: The threshold where the kernel's cannot be read (not Linux).
+STAGE_FALLBACK_BYTES = 1 << 28
 #: Bytes of output rows per staging bucket: one bucket and its row-ordered copy are in memory at once.
 STAGE_BUCKET_BYTES = 1 << 28
 #: The most staging buckets (three open files each); larger outputs get larger buckets.
 STAGE_MAX_BUCKETS = 128
 _MADV_DONTNEED = 4
+
+
+def stage_min_bytes() -> int:
+    """The output size from which memory-mapped outputs are staged: :data:`STAGE_MIN_BYTES` when set,
+    else the dirty bytes at which Linux starts writing back (``vm.dirty_background_bytes``, or
+    ``vm.dirty_background_ratio`` percent of the available memory -- 10 %, about 2 GB on a 24 GB
+    machine).  Below it the scattered rows stay in the page cache until written once; above it pages
+    go back to disk while later blocks still dirty them."""
+    if STAGE_MIN_BYTES is not None:
+        return STAGE_MIN_BYTES
+    try:
+        with open("/proc/sys/vm/dirty_background_bytes") as f:
+            fixed = int(f.read())
+        if fixed > 0:
+            return fixed
+        with open("/proc/sys/vm/dirty_background_ratio") as f:
+            ratio = int(f.read())
+        with open("/proc/meminfo") as f:
+            avail = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+        return max(STAGE_FALLBACK_BYTES, avail * ratio // 100)
+    except (OSError, ValueError, StopIteration):
+        return STAGE_FALLBACK_BYTES
 
 
 def _extent(t: torch.Tensor) -> int:
@@ -741,7 +766,7 @@ def _write(fn, blocks, M, k, dtype, index_dtype, device, out_dist2, out_idx):
     outs = (out_dist2, out_idx)
     mapped = [shared_file_mapping(o) for o in outs]
     staged = None
-    if any(mapped) and sum(o.numel() * o.element_size() for o in outs) >= STAGE_MIN_BYTES:
+    if any(mapped) and sum(o.numel() * o.element_size() for o in outs) >= stage_min_bytes():
         for where in (os.path.dirname(next(m for m in mapped if m)), None):  # beside the output, else the temp dir
             try:
                 staged = _Staged(fn, outs, [m is not None for m in mapped], M, where)
@@ -835,8 +860,9 @@ def knn_streamed(query, points, k, *, out_dist2=None, out_idx=None, index_dtype=
     at a time.  Pass memory-mapped outputs to stream a result larger than
     memory to disk: ``torch.from_file(path, shared=True, size=M * k,
     dtype=...).view(M, k)`` or ``torch.from_numpy(np.lib.format.open_memmap(...))``.
-    Outputs that are shared file mappings of 256 MiB or more (together) are
-    written through staging files of row ranges next to the output file (as
+    Outputs that are shared file mappings larger (together) than the
+    kernel's background writeback threshold (about 10 % of the available
+    memory, :func:`stage_min_bytes`) are written through staging files of row ranges next to the output file (as
     much disk again while the call runs; removed at its end, on an error and on
     Ctrl-C), then range by range in row order: the spatial blocks' scattered
     rows would otherwise make the kernel write every page of the file back many
