@@ -6,9 +6,17 @@ The input factories are pcgeom.bench's (imported below), so tests and benchmarks
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 import torch
+
+# Started in the background of a non-interactive shell (`nohup ... &`), the suite inherits SIGINT
+# ignored, and so would every process it starts: the interruption tests would send SIGINT to
+# children that cannot receive it.  A handler (unlike SIG_IGN) resets to the default on exec, and the
+# children's Python then installs its own KeyboardInterrupt handler.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Keep inductor's cache inside a temp folder, not the user's home.
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".inductor-cache"))
