@@ -17,6 +17,11 @@ FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
+def row_dtype(n: int) -> torch.dtype:
+    """The dtype for row numbers ``0 .. n - 1``: int32 while they fit (half the bytes), else int64."""
+    return torch.int32 if n - 1 <= torch.iinfo(torch.int32).max else torch.int64
+
+
 def shape_str(t) -> str:
     """``t``'s shape as ``(2, 3)``, for error messages."""
     return str(tuple(int(s) for s in t.shape))

@@ -132,8 +132,8 @@ def _np_split(c: list[np.ndarray], idx: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def _perm_dtype(n: int):
-    """The tile permutation's dtype: int32 while every row number fits (half the bytes), else int64."""
-    return np.int32 if n - 1 <= np.iinfo(np.int32).max else np.int64
+    """The tile permutation's numpy dtype: :func:`pcgeom._validation.row_dtype`'s."""
+    return np.int32 if V.row_dtype(n) == torch.int32 else np.int64
 
 
 def _tiles_numpy(x: torch.Tensor, block: int, acc: torch.dtype):
@@ -228,7 +228,7 @@ class SpatialTiles:
         """The tiles by :func:`_split` on index segments, on any device (the specification of :func:`_tiles_numpy`)."""
         n = x.shape[0]
         leaves, self.paths = [], []
-        ind = torch.int32 if _perm_dtype(n) == np.int32 else torch.int64
+        ind = V.row_dtype(n)
         work = [(torch.arange(n, dtype=ind, device=x.device), "")] if n else []
         while work:
             seg, path = work.pop()
@@ -687,7 +687,7 @@ class _Staged:
         per = max(1, STAGE_BUCKET_BYTES // max(1, row_bytes))
         self.rows_per = max(per, -(-M // STAGE_MAX_BUCKETS))
         self.n_buckets = -(-M // self.rows_per)
-        self.at_dtype = np.int32 if self.rows_per <= np.iinfo(np.int32).max else np.int64
+        self.at_dtype = _perm_dtype(self.rows_per)  # row numbers within a bucket
         self.dir = tempfile.mkdtemp(prefix=".pcgeom-stage-", dir=where)
         self.files = {}
         self.counts = np.zeros(self.n_buckets, dtype=np.int64)

@@ -69,6 +69,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from pcgeom import _validation as V
 from pcgeom._rounding import exact_sqrt
 from pcgeom._scaling import binary_exponent, times_power_of_two
 from pcgeom.grid import grid_subsample
@@ -306,11 +307,6 @@ def _scaled(p: torch.Tensor, chunk: int, in_place: bool):
             p[a:a + chunk] = times_power_of_two(p[a:a + chunk], up)
 
 
-def _index_dtype(n: int) -> torch.dtype:
-    """Row numbers of an ``n``-point cloud: int32 while they fit (half the bytes of int64)."""
-    return torch.int32 if n - 1 <= torch.iinfo(torch.int32).max else torch.int64
-
-
 def _rows_of(mask: torch.Tensor, dtype: torch.dtype, chunk: int) -> torch.Tensor:
     """``mask.nonzero()`` flattened, in ``dtype``, found chunk by chunk: never an int64 array of
     every kept row beside the result."""
@@ -348,10 +344,10 @@ def _even_rows(n: int, m: int, device=None) -> torch.Tensor:
 
 def _voxel(p: torch.Tensor, size: float, block: int) -> torch.Tensor:
     """The rows :func:`pcgeom.grid_subsample` ``(p, size).index`` keeps, ascending, slab by slab
-    (int32 while the row numbers fit, :func:`_index_dtype`)."""
+    (int32 while the row numbers fit, :func:`pcgeom._validation.row_dtype`)."""
     n = len(p)
     if n <= block:
-        return grid_subsample(p, size).index.to(_index_dtype(n))
+        return grid_subsample(p, size).index.to(V.row_dtype(n))
     st = p.min(0, keepdim=True).values.to(torch.float64)  # grid_subsample's origin for start=None
     top = p.max(0).values.to(torch.float64)
     axis = int(torch.argmax(torch.floor((top - st[0]) / size)))
@@ -372,7 +368,7 @@ def _voxel(p: torch.Tensor, size: float, block: int) -> torch.Tensor:
         slab[a:b] = torch.searchsorted(bounds, column(a, b), right=True).cpu().numpy()
     counts = np.bincount(slab, minlength=len(bounds) + 1)
     ends = np.cumsum(counts)
-    order = torch.from_numpy(_counting_order(slab, counts, block, _index_dtype(n))).to(p.device)
+    order = torch.from_numpy(_counting_order(slab, counts, block, V.row_dtype(n))).to(p.device)
     del slab
     # The kept rows as a mask (1 byte a point), read out in order at the end: no list of int64 rows
     # and no sort of them.
@@ -383,7 +379,7 @@ def _voxel(p: torch.Tensor, size: float, block: int) -> torch.Tensor:
             kept[rows[grid_subsample(p.index_select(0, rows), size, start=st[0]).index]] = True
         start = end
     del order
-    return _rows_of(kept, _index_dtype(n), block)
+    return _rows_of(kept, V.row_dtype(n), block)
 
 
 def _statistical(p, k, std_ratio, block, chunk, progress):
@@ -637,7 +633,7 @@ def preprocess_streamed(src, target, *, voxel=None, statistical=None, radius=Non
 
     # The kept input rows, ascending, int32 while they fit; None while every row is kept (no (N,)
     # arange), and sized by the kept points once a step drops some.
-    ind = _index_dtype(n)
+    ind = V.row_dtype(n)
     keep = None
     if voxel is not None:
         keep = _voxel(p, float(voxel), block_points)
